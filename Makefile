@@ -1,0 +1,54 @@
+# frank.llm_fleet: entry points. `make demo` and `make test` work on a fresh Debian 12 machine.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: help setup demo lab-up lab-down lab-purge lab-status lint unit integration sanity molecule test build bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup: ## install system packages (apt) and the pinned toolchain (.venv)
+	@scripts/setup.sh
+
+demo: setup lab-up ## set up, bring the lab up and deploy the main endpoint on it
+	@scripts/demo.sh
+
+lab-up: setup ## build (cached) and start the lab container hosts
+	@lab/lab.sh up
+
+lab-down: ## remove exactly what the lab started
+	@lab/lab.sh down
+
+lab-purge: ## lab-down, then remove the lab images and models too
+	@lab/lab.sh purge
+
+lab-status: ## show the lab's containers and images
+	@lab/lab.sh status
+
+lint: setup ## yamllint, ansible-lint (production profile), ruff
+	yamllint --strict .
+	ruff check .
+	ruff format --check .
+	ansible-lint --profile production
+
+unit: setup ## pytest: unit tests (no lab needed)
+	pytest tests/unit
+
+integration: setup lab-up ## pytest: tests against the real lab engine
+	pytest tests/integration
+
+sanity: setup ## ansible-test sanity on the collection
+	@scripts/sanity.sh
+
+molecule: setup lab-up ## Molecule scenarios on real systemd container hosts
+	LAB_HOST_IMAGE=$$(lab/lab.sh image-ref host) molecule test --all
+
+build: setup ## build the collection tarball into build/
+	ansible-galaxy collection build --force --output-path build
+
+test: lint unit integration sanity molecule build ## every check
+	@echo "make test: all checks passed"

@@ -1,0 +1,363 @@
+# -*- coding: utf-8 -*-
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GGUF header reader: metadata and tensor infos, never tensor data.
+
+The file is memory-mapped, so only the pages of the header are ever read (a 50 GiB part costs
+the same as a 5 MiB one). Every length and count in the file is checked against the bytes that
+remain before anything is allocated from it, and errors name the byte offset, so a truncated or
+hostile file fails cleanly with bounded memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS
+# Arrays larger than this are skipped (tokenizer vocabularies): only their length is kept.
+KEEP_ARRAY_MAX = 4096
+
+# ggml type id -> (name, elements per block, bytes per block)
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+}
+
+# GGUF metadata value types
+_UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _FLOAT32, _BOOL, _STRING, _ARRAY, _UINT64, _INT64, _FLOAT64 = range(13)
+_SCALAR_FORMATS = {
+    _UINT8: struct.Struct("<B"),
+    _INT8: struct.Struct("<b"),
+    _UINT16: struct.Struct("<H"),
+    _INT16: struct.Struct("<h"),
+    _UINT32: struct.Struct("<I"),
+    _INT32: struct.Struct("<i"),
+    _FLOAT32: struct.Struct("<f"),
+    _BOOL: struct.Struct("<?"),
+    _UINT64: struct.Struct("<Q"),
+    _INT64: struct.Struct("<q"),
+    _FLOAT64: struct.Struct("<d"),
+}
+_ARRAY_CODES = {_UINT8: "B", _INT8: "b", _UINT16: "H", _INT16: "h", _UINT32: "I", _INT32: "i", _FLOAT32: "f", _BOOL: "?", _UINT64: "Q", _INT64: "q", _FLOAT64: "d"}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_HEADER = struct.Struct("<4sIQQ")
+_TENSOR_TAIL = struct.Struct("<IQ")  # ggml type, data offset
+_DIMS = {n: struct.Struct(f"<{n}Q") for n in range(1, MAX_DIMS + 1)}
+# Smallest possible encodings, used to refuse counts that cannot fit in the file.
+_MIN_KV_BYTES = 8 + 4 + 1
+_MIN_TENSOR_BYTES = 8 + 4 + 8 + 4 + 8
+
+SPLIT_NAME_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+
+
+class GGUFError(ValueError):
+    """Malformed, truncated or unsupported GGUF input; the message names the offset."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+
+    @property
+    def type_name(self) -> str:
+        return GGML_TYPES[self.ggml_type][0]
+
+    @property
+    def n_elements(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+    @property
+    def n_bytes(self) -> int:
+        _, block, size = GGML_TYPES[self.ggml_type]
+        return self.n_elements // block * size
+
+
+@dataclass
+class GGUFHeader:
+    path: str
+    version: int
+    metadata: dict[str, Any]
+    tensors: list[TensorInfo]
+    data_offset: int
+    file_size: int
+    array_lengths: dict[str, int] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture", ""))
+
+    def arch_key(self, suffix: str, default: Any = None) -> Any:
+        return self.metadata.get(f"{self.architecture}.{suffix}", default)
+
+    def tensor_bytes(self) -> int:
+        return sum(t.n_bytes for t in self.tensors)
+
+    def layer_bytes(self) -> dict[int, int]:
+        """Weight bytes per block (`blk.N.*`); tensors outside blocks are keyed by name class."""
+        sizes: dict[int, int] = {}
+        for tensor in self.tensors:
+            match = _LAYER_RE.match(tensor.name)
+            if match:
+                layer = int(match.group(1))
+                sizes[layer] = sizes.get(layer, 0) + tensor.n_bytes
+        return sizes
+
+    def non_layer_bytes(self) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for tensor in self.tensors:
+            if not _LAYER_RE.match(tensor.name):
+                sizes[tensor.name] = tensor.n_bytes
+        return sizes
+
+
+class _Cursor:
+    """Bounds-checked reads from the mapped header."""
+
+    __slots__ = ("buf", "end", "pos")
+
+    def __init__(self, buf: Any, end: int) -> None:
+        self.buf = buf
+        self.end = end
+        self.pos = 0
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.end:
+            raise GGUFError(f"truncated or corrupt GGUF: {what} needs {n} bytes at offset {self.pos}, only {self.end - self.pos} remain")
+
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        (value,) = _U32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return value
+
+    def u64(self, what: str) -> int:
+        self.need(8, what)
+        (value,) = _U64.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return value
+
+    def string(self, what: str) -> str:
+        start = self.pos
+        length = self.u64(f"{what} length")
+        if length > self.end - self.pos:
+            raise GGUFError(f"corrupt GGUF: {what} at offset {start} claims {length} bytes, only {self.end - self.pos} remain")
+        raw = self.buf[self.pos : self.pos + length]
+        self.pos += length
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GGUFError(f"corrupt GGUF: {what} at offset {start} is not UTF-8") from exc
+
+    def skip_string(self, what: str) -> None:
+        start = self.pos
+        length = self.u64(f"{what} length")
+        if length > self.end - self.pos:
+            raise GGUFError(f"corrupt GGUF: {what} at offset {start} claims {length} bytes, only {self.end - self.pos} remain")
+        self.pos += length
+
+
+def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> Any:
+    scalar = _SCALAR_FORMATS.get(vtype)
+    if scalar is not None:
+        cur.need(scalar.size, f"value of {key!r}")
+        (value,) = scalar.unpack_from(cur.buf, cur.pos)
+        cur.pos += scalar.size
+        return value
+    if vtype == _STRING:
+        return cur.string(f"value of {key!r}")
+    if vtype == _ARRAY:
+        start = cur.pos
+        item_type = cur.u32(f"array type of {key!r}")
+        count = cur.u64(f"array length of {key!r}")
+        lengths[key] = count
+        code = _ARRAY_CODES.get(item_type)
+        if code is not None:
+            size = struct.calcsize(code)
+            if count > (cur.end - cur.pos) // size:
+                raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} items, the file is too short")
+            if count > KEEP_ARRAY_MAX:
+                cur.pos += count * size
+                return None
+            values = struct.unpack_from(f"<{count}{code}", cur.buf, cur.pos)
+            cur.pos += count * size
+            return list(values)
+        if item_type == _STRING:
+            if count > (cur.end - cur.pos) // 8:
+                raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} strings, the file is too short")
+            if count > KEEP_ARRAY_MAX:
+                for _ in range(count):
+                    cur.skip_string(f"item of {key!r}")
+                return None
+            return [cur.string(f"item of {key!r}") for _ in range(count)]
+        raise GGUFError(f"unsupported GGUF: array {key!r} at offset {start} has item type {item_type}")
+    raise GGUFError(f"corrupt GGUF: value of {key!r} at offset {cur.pos - 4} has unknown type {vtype}")
+
+
+def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
+    """Read one GGUF file's header (metadata and tensor infos)."""
+    path = os.fspath(path)
+    with open(path, "rb") as handle:
+        file_size = os.fstat(handle.fileno()).st_size
+        if file_size < _HEADER.size:
+            raise GGUFError(f"{path}: truncated GGUF: {file_size} bytes, a header needs {_HEADER.size} (offset 0)")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            try:
+                return _parse(path, buf, file_size)
+            except GGUFError as exc:
+                raise GGUFError(f"{path}: {exc}") from None
+
+
+def _parse(path: str, buf: Any, file_size: int) -> GGUFHeader:
+    magic, version, n_tensors, n_kv = _HEADER.unpack_from(buf, 0)
+    if magic != GGUF_MAGIC:
+        raise GGUFError(f"not a GGUF file: magic {magic!r} at offset 0")
+    if version not in SUPPORTED_VERSIONS:
+        raise GGUFError(f"unsupported GGUF version {version} at offset 4 (supported: 2, 3)")
+    cur = _Cursor(buf, file_size)
+    cur.pos = _HEADER.size
+    if n_kv > (file_size - cur.pos) // _MIN_KV_BYTES:
+        raise GGUFError(f"corrupt GGUF: {n_kv} metadata entries (offset 16) cannot fit in {file_size} bytes")
+    if n_tensors > (file_size - cur.pos) // _MIN_TENSOR_BYTES:
+        raise GGUFError(f"corrupt GGUF: {n_tensors} tensor infos (offset 8) cannot fit in {file_size} bytes")
+
+    metadata: dict[str, Any] = {}
+    lengths: dict[str, int] = {}
+    for _ in range(n_kv):
+        key = cur.string("metadata key")
+        vtype = cur.u32(f"type of {key!r}")
+        metadata[key] = _read_value(cur, vtype, key, lengths)
+
+    tensors = _read_tensor_infos(cur, n_tensors)
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise GGUFError(f"corrupt GGUF: general.alignment {alignment!r} is not a power of two")
+    data_offset = (cur.pos + alignment - 1) // alignment * alignment
+    return GGUFHeader(path, version, metadata, tensors, data_offset, file_size, lengths)
+
+
+def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:
+    # The hot loop of the reader (100,000 infos in a large MoE): local names, precompiled structs.
+    buf, end = cur.buf, cur.end
+    pos = cur.pos
+    u64, u32, tail, dims_structs = _U64.unpack_from, _U32.unpack_from, _TENSOR_TAIL.unpack_from, _DIMS
+    types = GGML_TYPES
+    tensors = []
+    append = tensors.append
+    for index in range(n_tensors):
+        start = pos
+        if pos + 8 > end:
+            raise GGUFError(f"truncated GGUF: tensor info {index} at offset {start}")
+        (name_len,) = u64(buf, pos)
+        pos += 8
+        if name_len > end - pos:
+            raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, only {end - pos} remain")
+        raw_name = buf[pos : pos + name_len]
+        pos += name_len
+        if pos + 4 > end:
+            raise GGUFError(f"truncated GGUF: tensor info {index} at offset {start}")
+        (n_dims,) = u32(buf, pos)
+        pos += 4
+        dims_struct = dims_structs.get(n_dims)
+        if dims_struct is None:
+            raise GGUFError(f"corrupt GGUF: tensor {index} at offset {start} has {n_dims} dimensions (1-{MAX_DIMS})")
+        if pos + dims_struct.size + 12 > end:
+            raise GGUFError(f"truncated GGUF: tensor info {index} at offset {start}")
+        shape = dims_struct.unpack_from(buf, pos)
+        pos += dims_struct.size
+        ggml_type, offset = tail(buf, pos)
+        pos += 12
+        if ggml_type not in types:
+            raise GGUFError(f"unsupported GGUF: tensor {index} at offset {start} has ggml type {ggml_type}")
+        try:
+            name = raw_name.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} is not UTF-8") from exc
+        append(TensorInfo(name, shape, ggml_type, offset))
+    cur.pos = pos
+    return tensors
+
+
+def split_part_paths(first: str | os.PathLike[str], count: int) -> list[str]:
+    """The names llama.cpp demands for a split set: STEM-00001-of-0000N.gguf ... (never concatenated)."""
+    first = os.fspath(first)
+    match = SPLIT_NAME_RE.match(os.path.basename(first))
+    if not match:
+        raise GGUFError(f"{first}: split.count is {count} but the name does not end in -NNNNN-of-NNNNN.gguf")
+    if int(match.group("count")) != count:
+        raise GGUFError(f"{first}: name says {int(match.group('count'))} parts, header split.count says {count}")
+    directory = os.path.dirname(first)
+    stem = match.group("stem")
+    return [os.path.join(directory, f"{stem}-{no:05d}-of-{count:05d}.gguf") for no in range(1, count + 1)]
+
+
+def read_model(path: str | os.PathLike[str]) -> GGUFHeader:
+    """Read a model: a single file, or the first part of a split set (all parts' tensors merged).
+
+    Metadata comes from the first part (only it carries the architecture keys); tensor infos are
+    gathered from every part, each of which is header-only read.
+    """
+    first = read_header(path)
+    count = first.get("split.count", 0) or 0
+    if count <= 1:
+        return first
+    if first.get("split.no", 0) != 0:
+        raise GGUFError(f"{first.path}: this is part {first.get('split.no') + 1} of a split set; give the first part")
+    tensors = list(first.tensors)
+    for part_path in split_part_paths(first.path, count)[1:]:
+        if not os.path.exists(part_path):
+            raise GGUFError(f"{first.path}: split part {part_path} is missing")
+        tensors.extend(read_header(part_path).tensors)
+    expected = first.get("split.tensors.count")
+    if expected is not None and expected != len(tensors):
+        raise GGUFError(f"{first.path}: split.tensors.count says {expected}, the parts hold {len(tensors)}")
+    first.tensors = tensors
+    return first

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Everything a fresh Debian 12 machine needs for the demo and the tests: system packages with
+# apt, and the pinned Python toolchain in ./.venv. Reruns are quick: each step is skipped when
+# its result is already in place.
+set -euo pipefail
+ROOT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT_DIR"
+
+APT_PACKAGES=(podman runc crun debootstrap iproute2 procps uidmap curl openssl ca-certificates)
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    [[ $(id -u) == 0 ]] || { log "need root to install: ${missing[*]}"; exit 1; }
+    log "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [[ ! -x .venv/bin/python || $(cat "$stamp" 2>/dev/null) != "$want" ]]; then
+    log "creating .venv from requirements.txt"
+    "$PYTHON" -m venv .venv
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -r requirements.txt
+    echo "$want" >"$stamp"
+fi
+
+# Make `frank.llm_fleet.*` resolve from this checkout (ansible.cfg: collections_path).
+link=.collections/ansible_collections/frank/llm_fleet
+if [[ ! -L $link ]]; then
+    mkdir -p "$(dirname "$link")"
+    ln -sfn ../../.. "$link"
+fi
+log "ready"
