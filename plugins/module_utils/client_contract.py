@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The harness contract (compaction-gap law).
+
+The client estimates tokens as chars/4 (under-counting the rendered prompt by ~3%), compacts at
+85% of its window, and clamps max_tokens to min(maxTokens, contextWindow - estimate - 4096). So the
+window it is told must sit a gap below the engine ceiling, or requests near the compaction point
+are guaranteed 400s (the engine refuses prompts larger than its window before prefill).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_GAP = 45_056
+COMPACTION_FRACTION = 0.85
+ESTIMATE_UNDERCOUNT = 0.03
+CLAMP_RESERVE = 4096
+
+
+@dataclass(frozen=True)
+class ClientWindow:
+    ceiling: int
+    context_window: int
+    max_tokens: int
+    compaction_at: int
+    worst_case_tokens: int  # the largest real request the client can send
+
+    @property
+    def safe(self) -> bool:
+        return self.worst_case_tokens <= self.ceiling
+
+    def as_dict(self) -> dict[str, int | bool]:
+        return {
+            "ceiling": self.ceiling,
+            "context_window": self.context_window,
+            "max_tokens": self.max_tokens,
+            "compaction_at": self.compaction_at,
+            "worst_case_tokens": self.worst_case_tokens,
+            "safe": self.safe,
+        }
+
+
+def default_gap(ceiling: int) -> int:
+    """45,056 for production-size windows; for small windows the same 22.4% share, in 256s."""
+    if ceiling > 2 * DEFAULT_GAP:
+        return DEFAULT_GAP
+    return ceiling * DEFAULT_GAP // 200_704 // 256 * 256
+
+
+def worst_case_request(context_window: int, max_tokens: int) -> int:
+    """Largest prompt-plus-completion the client can send, over every estimate up to compaction.
+
+    real(e) = (1 + undercount) * e + min(max_tokens, window - e - reserve): piecewise linear in the
+    estimate e, so its maximum is at an end of the range or at the clamp's kink.
+    """
+    top = int(context_window * COMPACTION_FRACTION)
+    kink = context_window - CLAMP_RESERVE - max_tokens
+    candidates = {0, top, min(max(kink, 0), top)}
+    worst = 0
+    for estimate in candidates:
+        completion = max(min(max_tokens, context_window - estimate - CLAMP_RESERVE), 0)
+        worst = max(worst, int(estimate * (1 + ESTIMATE_UNDERCOUNT)) + completion)
+    return worst
+
+
+def client_window(ceiling: int, gap: int | None = None, max_tokens: int | None = None) -> ClientWindow:
+    """contextWindow = ceiling - gap, maxTokens = gap (unless given), compaction at 85% of the window."""
+    if ceiling <= 0:
+        raise ValueError(f"ceiling: must be positive, got {ceiling}")
+    if gap is None:
+        gap = default_gap(ceiling)
+    if not 0 <= gap < ceiling:
+        raise ValueError(f"client_gap: must be between 0 and the ceiling {ceiling}, got {gap}")
+    window = ceiling - gap
+    max_tokens = gap if max_tokens is None else max_tokens
+    return ClientWindow(
+        ceiling=ceiling,
+        context_window=window,
+        max_tokens=max_tokens,
+        compaction_at=int(window * COMPACTION_FRACTION),
+        worst_case_tokens=worst_case_request(window, max_tokens),
+    )

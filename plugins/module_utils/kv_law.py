@@ -1,0 +1,396 @@
+# -*- coding: utf-8 -*-
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The KV law: what a shape's KV cache costs, for llama.cpp (by formula, exact) and vLLM
+(by calibration against the engine's own boot line, with a formula only as a labelled fallback).
+
+llama.cpp (checked against llama-server's `llama_kv_cache: size = ...` line):
+- per full-attention layer and cell: n_head_kv * head_dim_k * bytes(K) + n_head_kv * head_dim_v * bytes(V);
+  quantised types are billed per block (q8_0: 34 B per 32 elements) and the block must divide the
+  head dim;
+- --ctx-size is padded to 256; --parallel N splits it into N per-sequence streams (each padded to
+  256 cells); it never multiplies the pool. With --kv-unified there is one stream of n_ctx cells;
+- sliding-window layers hold min(stream cells, window * (N if unified else 1) + ubatch) cells;
+- recurrent layers (Mamba, DeltaNet, RWKV) hold a fixed f32 state per sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFHeader
+
+N_PAD = 256  # llama.cpp pads context and stream sizes to 256 cells
+
+# llama.cpp cache types: name -> (elements per block, bytes per block)
+LLAMACPP_KV_TYPES: dict[str, tuple[int, int]] = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "bf16": (1, 2),
+    "q8_0": (32, 34),
+    "q4_0": (32, 18),
+    "q4_1": (32, 20),
+    "q5_0": (32, 22),
+    "q5_1": (32, 24),
+    "iq4_nl": (32, 18),
+}
+
+# vLLM --kv-cache-dtype -> bytes per element
+VLLM_KV_DTYPES: dict[str, int] = {
+    "auto": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+}
+
+# Architectures whose every layer is recurrent (fixed state per sequence, no KV cells).
+RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+# Architectures whose sliding-window layer pattern llama.cpp hard-codes (every Nth layer is full).
+SWA_PATTERN_BY_ARCH = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "llama4": 4}
+
+
+class KvLawError(ValueError):
+    """A shape the KV law refuses; the message names the field and the fix."""
+
+
+def _pad(value: int, multiple: int = N_PAD) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+@dataclass(frozen=True)
+class LayerKV:
+    """One layer's cache geometry. kind: full | swa | recurrent."""
+
+    kind: str
+    n_head_kv: int = 0
+    head_dim_k: int = 0
+    head_dim_v: int = 0
+    k_eq_v: bool = False
+    recurrent_state_bytes: int = 0  # per sequence, recurrent layers only
+
+
+@dataclass
+class ModelGeometry:
+    architecture: str
+    layers: list[LayerKV]
+    sliding_window: int = 0
+    n_ctx_train: int = 0
+    n_embd: int = 0
+    expert_count: int = 0
+    expert_used_count: int = 0
+    layer_weight_bytes: dict[int, int] = field(default_factory=dict)
+    input_weight_bytes: int = 0  # token embeddings: kept in host memory by llama.cpp
+    output_weight_bytes: int = 0  # output norm + output head: on the last device
+
+    @property
+    def n_layer(self) -> int:
+        return len(self.layers)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(self.layer_weight_bytes.values()) + self.input_weight_bytes + self.output_weight_bytes
+
+
+def _per_layer(value: Any, n_layer: int, name: str) -> list[int]:
+    if value is None:
+        return [0] * n_layer
+    if isinstance(value, list):
+        if len(value) != n_layer:
+            raise KvLawError(f"{name}: {len(value)} per-layer values for {n_layer} layers")
+        return [int(v) for v in value]
+    return [int(value)] * n_layer
+
+
+def _swa_flags(header: GGUFHeader, n_layer: int) -> list[bool]:
+    window = header.arch_key("attention.sliding_window") or 0
+    if not window:
+        return [False] * n_layer
+    pattern = header.arch_key("attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        return [bool(v) for v in pattern]
+    period = pattern if isinstance(pattern, int) and pattern > 0 else SWA_PATTERN_BY_ARCH.get(header.architecture, 0)
+    if period:
+        return [(il + 1) % period != 0 for il in range(n_layer)]
+    return [True] * n_layer  # a window with no pattern applies to every layer
+
+
+def _recurrent_state_bytes(header: GGUFHeader) -> int:
+    """Mamba-style per-sequence state (f32): conv (d_conv-1) x (d_inner + 2 n_group d_state) + ssm d_state x d_inner."""
+    d_conv = header.arch_key("ssm.conv_kernel") or 0
+    d_inner = header.arch_key("ssm.inner_size") or 0
+    d_state = header.arch_key("ssm.state_size") or 0
+    n_group = header.arch_key("ssm.group_count") or 0
+    if not (d_inner and d_state):
+        return 0
+    conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    ssm = d_state * d_inner
+    return 4 * (conv + ssm)
+
+
+def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None = None) -> ModelGeometry:
+    """The cache and weight geometry llama.cpp derives from a model's header."""
+    arch = header.architecture
+    n_layer = int(header.arch_key("block_count") or 0)
+    if n_layer <= 0:
+        raise KvLawError(f"{header.path}: {arch}.block_count is missing; cannot price the cache")
+    n_embd = int(header.arch_key("embedding_length") or 0)
+    n_head = _per_layer(header.arch_key("attention.head_count"), n_layer, f"{arch}.attention.head_count")
+    n_head_kv_raw = header.arch_key("attention.head_count_kv")
+    n_head_kv = _per_layer(n_head_kv_raw if n_head_kv_raw is not None else header.arch_key("attention.head_count"), n_layer, f"{arch}.attention.head_count_kv")
+    max_heads = max(n_head) if n_head else 0
+    default_head_dim = n_embd // max_heads if max_heads else 0
+    head_dim_k = int(header.arch_key("attention.key_length") or default_head_dim)
+    head_dim_v = int(header.arch_key("attention.value_length") or default_head_dim)
+    k_eq_v = bool(header.arch_key("attention.k_eq_v") or header.arch_key("attention_k_eq_v") or False)
+    swa = _swa_flags(header, n_layer)
+    interval = header.arch_key("full_attention_interval")
+    state = recurrent_state_bytes if recurrent_state_bytes is not None else _recurrent_state_bytes(header)
+    has_ssm = state > 0 or arch in RECURRENT_ARCHS
+    layers = []
+    for il in range(n_layer):
+        if arch in RECURRENT_ARCHS:
+            recurrent = True
+        elif interval:
+            recurrent = (il + 1) % int(interval) != 0
+        else:
+            recurrent = has_ssm and n_head_kv[il] == 0
+        if recurrent:
+            layers.append(LayerKV("recurrent", recurrent_state_bytes=state))
+        else:
+            layers.append(LayerKV("swa" if swa[il] else "full", n_head_kv[il], head_dim_k, head_dim_v, k_eq_v))
+    non_layer = header.non_layer_bytes()
+    input_bytes = sum(size for name, size in non_layer.items() if name.startswith("token_embd"))
+    output_bytes = sum(non_layer.values()) - input_bytes
+    return ModelGeometry(
+        architecture=arch,
+        layers=layers,
+        sliding_window=int(header.arch_key("attention.sliding_window") or 0),
+        n_ctx_train=int(header.arch_key("context_length") or 0),
+        n_embd=n_embd,
+        expert_count=int(header.arch_key("expert_count") or 0),
+        expert_used_count=int(header.arch_key("expert_used_count") or 0),
+        layer_weight_bytes=header.layer_bytes(),
+        input_weight_bytes=input_bytes,
+        output_weight_bytes=output_bytes,
+    )
+
+
+def cache_type_bytes(type_name: str, head_dim: int, field_name: str) -> int:
+    """Bytes one head's row of `head_dim` elements costs in a llama.cpp cache type."""
+    key = type_name.lower()
+    if key not in LLAMACPP_KV_TYPES:
+        raise KvLawError(f"{field_name}: unknown cache type {type_name!r} (one of: {', '.join(LLAMACPP_KV_TYPES)})")
+    block, size = LLAMACPP_KV_TYPES[key]
+    if head_dim % block:
+        raise KvLawError(f"{field_name}: {type_name} packs {block} elements per block, which does not divide head dim {head_dim}; the engine refuses it (use f16 or a type whose block divides {head_dim})")
+    return head_dim // block * size
+
+
+@dataclass
+class LlamaCppKv:
+    """llama.cpp cache for one shape. Sizes in bytes; per_layer follows layer order."""
+
+    n_ctx: int
+    n_streams: int
+    cells_per_stream: int
+    swa_cells_per_stream: int
+    k_bytes: int
+    v_bytes: int
+    recurrent_bytes: int
+    per_layer: list[int]
+    bytes_per_token_full: int  # one cell across all full-attention layers (K+V)
+    per_slot_window: int  # the context one request can use
+
+    @property
+    def attention_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes + self.recurrent_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n_ctx": self.n_ctx,
+            "n_streams": self.n_streams,
+            "cells_per_stream": self.cells_per_stream,
+            "swa_cells_per_stream": self.swa_cells_per_stream,
+            "k_bytes": self.k_bytes,
+            "v_bytes": self.v_bytes,
+            "recurrent_bytes": self.recurrent_bytes,
+            "total_bytes": self.total_bytes,
+            "bytes_per_token_full": self.bytes_per_token_full,
+            "per_slot_window": self.per_slot_window,
+        }
+
+
+def llamacpp_kv(
+    geometry: ModelGeometry,
+    ctx_size: int,
+    parallel: int = 1,
+    type_k: str = "f16",
+    type_v: str = "f16",
+    unified: bool = False,
+    ubatch: int = 512,
+    swa_full: bool = False,
+) -> LlamaCppKv:
+    """Price the llama.cpp cache exactly as llama-server allocates it."""
+    if ctx_size <= 0:
+        raise KvLawError(f"ctx_size: must be positive, got {ctx_size}")
+    if parallel <= 0:
+        raise KvLawError(f"parallel: must be positive, got {parallel}")
+    n_ctx = _pad(ctx_size)
+    if unified:
+        n_streams, cells = 1, n_ctx
+    else:
+        n_streams = parallel
+        cells = _pad(n_ctx // parallel)
+        n_ctx = cells * parallel
+    if geometry.sliding_window and not swa_full:
+        swa_cells = min(cells, _pad(geometry.sliding_window * (parallel if unified else 1) + ubatch))
+    else:
+        swa_cells = cells
+    k_total = v_total = rec_total = full_token = 0
+    per_layer = []
+    for il, layer in enumerate(geometry.layers):
+        if layer.kind == "recurrent":
+            size = layer.recurrent_state_bytes * parallel
+            rec_total += size
+            per_layer.append(size)
+            continue
+        k_row = cache_type_bytes(type_k, layer.head_dim_k, f"type_k (layer {il})") * layer.n_head_kv
+        v_row = cache_type_bytes(type_v, layer.head_dim_v, f"type_v (layer {il})") * layer.n_head_kv
+        # A layer whose K and V share one projection is still billed as a K and a V row.
+        layer_cells = (swa_cells if layer.kind == "swa" else cells) * n_streams
+        k_total += k_row * layer_cells
+        v_total += v_row * layer_cells
+        per_layer.append((k_row + v_row) * layer_cells)
+        if layer.kind == "full":
+            full_token += k_row + v_row
+    return LlamaCppKv(
+        n_ctx=n_ctx,
+        n_streams=n_streams,
+        cells_per_stream=cells,
+        swa_cells_per_stream=swa_cells,
+        k_bytes=k_total,
+        v_bytes=v_total,
+        recurrent_bytes=rec_total,
+        per_layer=per_layer,
+        bytes_per_token_full=full_token,
+        per_slot_window=n_ctx if unified else cells,
+    )
+
+
+# --- vLLM -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VllmCalibration:
+    """One measured boot: pool bytes per rank -> the engine's `KV cache size: N tokens`."""
+
+    kv_dtype: str
+    max_model_len: int
+    pool_bytes: int
+    tokens: int
+    source: str = ""
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.pool_bytes / self.tokens
+
+
+@dataclass
+class VllmKv:
+    tokens: int
+    concurrency: float
+    bytes_per_token: float
+    basis: str  # measured | extrapolated | formula
+    note: str
+    pool_bytes: int
+    max_model_len: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "concurrency": round(self.concurrency, 2),
+            "bytes_per_token": round(self.bytes_per_token, 1),
+            "basis": self.basis,
+            "note": self.note,
+            "pool_bytes": self.pool_bytes,
+            "max_model_len": self.max_model_len,
+        }
+
+
+def normalise_vllm_dtype(kv_dtype: str) -> str:
+    key = kv_dtype.lower()
+    if key not in VLLM_KV_DTYPES:
+        raise KvLawError(f"kv_cache_dtype: unknown vLLM KV dtype {kv_dtype!r} (one of: {', '.join(VLLM_KV_DTYPES)})")
+    return "fp8" if VLLM_KV_DTYPES[key] == 1 else "bf16"
+
+
+def _fit(points: list[VllmCalibration]) -> tuple[float, float]:
+    """tokens = (pool - fixed) / per_token. One point: proportional; two or more: least squares."""
+    if len(points) == 1:
+        return points[0].bytes_per_token, 0.0
+    n = len(points)
+    mean_t = sum(p.tokens for p in points) / n
+    mean_b = sum(p.pool_bytes for p in points) / n
+    var_t = sum((p.tokens - mean_t) ** 2 for p in points)
+    if var_t == 0:
+        return mean_b / mean_t, 0.0
+    slope = sum((p.tokens - mean_t) * (p.pool_bytes - mean_b) for p in points) / var_t
+    return slope, mean_b - slope * mean_t
+
+
+def vllm_formula_bytes_per_token(geometry: ModelGeometry, kv_dtype: str, tensor_parallel: int = 1) -> float:
+    """Attention-only estimate per rank: sum over attention layers of 2 x kv_heads/TP x head_dim x dtype."""
+    size = VLLM_KV_DTYPES[kv_dtype.lower()]
+    total = 0.0
+    for layer in geometry.layers:
+        if layer.kind == "recurrent":
+            continue
+        heads = max(layer.n_head_kv / tensor_parallel, 1)
+        total += heads * (layer.head_dim_k + layer.head_dim_v) * size
+    return total
+
+
+def vllm_kv(
+    pool_bytes: int,
+    max_model_len: int,
+    kv_dtype: str,
+    calibrations: Iterable[VllmCalibration] = (),
+    geometry: ModelGeometry | None = None,
+    tensor_parallel: int = 1,
+) -> VllmKv:
+    """Tokens the pool holds and the concurrency vLLM will report for it."""
+    if max_model_len <= 0:
+        raise KvLawError(f"max_model_len: must be positive, got {max_model_len}")
+    dtype = normalise_vllm_dtype(kv_dtype)
+    same_dtype = [c for c in calibrations if normalise_vllm_dtype(c.kv_dtype) == dtype]
+    exact = [c for c in same_dtype if c.max_model_len == max_model_len]
+    if exact:
+        per_token, fixed = _fit(exact)
+        basis = "measured"
+        note = f"calibrated on {len(exact)} boot(s) at max_model_len {max_model_len}, {dtype}"
+    elif same_dtype:
+        nearest = min({c.max_model_len for c in same_dtype}, key=lambda length: abs(length - max_model_len))
+        per_token, fixed = _fit([c for c in same_dtype if c.max_model_len == nearest])
+        basis = "extrapolated"
+        note = f"no boot measured at max_model_len {max_model_len}; extrapolated from {nearest} ({dtype}): the per-token price shifts with the geometry, so re-measure after deploy"
+    elif geometry is not None:
+        per_token, fixed = vllm_formula_bytes_per_token(geometry, dtype, tensor_parallel), 0.0
+        if per_token <= 0:
+            raise KvLawError("kv: the model has no attention layers to price; give a calibration")
+        basis = "formula"
+        note = "no calibration for this dtype: attention-only formula estimate (side state and block rounding not included)"
+    else:
+        raise KvLawError(f"calibration: no measured boot for {dtype} and no model geometry to estimate from; add a calibration point")
+    tokens = int((pool_bytes - fixed) // per_token) if pool_bytes > fixed else 0
+    return VllmKv(tokens, tokens / max_model_len, per_token, basis, note, pool_bytes, max_model_len)
