@@ -244,13 +244,13 @@ def assign_layers(n_layer: int, n_devices: int, tensor_split: list[float] | None
     llama.cpp's rule: normalised cumulative split fractions; layer il goes to the first device
     whose cumulative share exceeds il / (n_layer + 1). Whole layers move, never parts.
     """
-    if n_devices == 1:
-        return [0] * (n_layer + 1)
     split = tensor_split or [1.0] * n_devices
     if len(split) != n_devices:
         raise ShapeError(f"tensor_split: {len(split)} values for {n_devices} devices")
     if any(s < 0 for s in split) or sum(split) <= 0:
         raise ShapeError("tensor_split: values must be non-negative and not all zero")
+    if n_devices == 1:
+        return [0] * (n_layer + 1)
     total = float(sum(split))
     cumulative = []
     running = 0.0

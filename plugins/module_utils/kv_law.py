@@ -16,6 +16,7 @@ llama.cpp (checked against llama-server's `llama_kv_cache: size = ...` line):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -392,5 +393,6 @@ def vllm_kv(
         note = "no calibration for this dtype: attention-only formula estimate (side state and block rounding not included)"
     else:
         raise KvLawError(f"calibration: no measured boot for {dtype} and no model geometry to estimate from; add a calibration point")
-    tokens = int((pool_bytes - fixed) // per_token) if pool_bytes > fixed else 0
+    # The engine counts whole tokens; the epsilon keeps a measured point from flooring to one less.
+    tokens = math.floor((pool_bytes - fixed) / per_token + 1e-6) if pool_bytes > fixed else 0
     return VllmKv(tokens, tokens / max_model_len, per_token, basis, note, pool_bytes, max_model_len)

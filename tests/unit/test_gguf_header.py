@@ -1,0 +1,170 @@
+import struct
+
+import numpy as np
+import pytest
+
+import gguf
+from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import (
+    GGML_TYPES,
+    GGUFError,
+    read_header,
+    read_model,
+    split_part_paths,
+)
+
+from gguf_files import write_gguf
+
+
+def test_type_table_matches_the_reference_implementation():
+    for type_id, (name, block, size) in GGML_TYPES.items():
+        quant = gguf.GGMLQuantizationType(type_id)
+        assert quant.name == name
+        assert gguf.GGML_QUANT_SIZES[quant] == (block, size)
+
+
+def test_header_agrees_with_gguf_reader(tmp_path):
+    path = write_gguf(tmp_path / "m.gguf", n_layer=3, n_head_kv=[1, 2, 1], extra_kv={"llama.attention.sliding_window": 128})
+    ours = read_header(path)
+    reference = gguf.GGUFReader(str(path))
+    assert ours.architecture == "llama"
+    assert ours.arch_key("block_count") == 3
+    assert ours.arch_key("attention.head_count_kv") == [1, 2, 1]
+    assert ours.arch_key("attention.sliding_window") == 128
+    assert [t.name for t in ours.tensors] == [t.name for t in reference.tensors]
+    for mine, theirs in zip(ours.tensors, reference.tensors):
+        assert mine.n_bytes == int(theirs.n_bytes)
+        assert list(mine.shape) == [int(d) for d in theirs.shape]
+        assert mine.ggml_type == int(theirs.tensor_type)
+    assert ours.data_offset == reference.data_offset
+
+
+def test_layer_bytes_group_tensors_by_block(tmp_path):
+    path = write_gguf(tmp_path / "m.gguf", n_layer=2, n_embd=64, n_head=2, n_head_kv=1)
+    header = read_header(path)
+    head_dim = 32
+    f16 = 2
+    layer0 = (64 * 64 + 2 * head_dim * 64 + 64 * 128) * f16
+    layer1 = (64 * 64 + 2 * head_dim * 64 + 64 * 256) * f16
+    assert header.layer_bytes() == {0: layer0, 1: layer1}
+    assert header.non_layer_bytes() == {"token_embd.weight": 32 * 64 * f16, "output.weight": 32 * 64 * f16}
+
+
+def _split_set(tmp_path, count=3):
+    paths = []
+    per_part = 2
+    for part in range(count):
+        path = tmp_path / f"big-{part + 1:05d}-of-{count:05d}.gguf"
+        writer = gguf.GGUFWriter(str(path), "llama")
+        if part == 0:
+            writer.add_block_count(count * per_part)
+            writer.add_embedding_length(32)
+            writer.add_head_count(1)
+        writer.add_uint16("split.no", part)
+        writer.add_uint16("split.count", count)
+        writer.add_int32("split.tensors.count", count * per_part)
+        for index in range(per_part):
+            il = part * per_part + index
+            writer.add_tensor(f"blk.{il}.attn_q.weight", np.zeros((32, 32), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        paths.append(path)
+    return paths
+
+
+def test_split_set_is_read_part_by_part_never_concatenated(tmp_path):
+    paths = _split_set(tmp_path)
+    model = read_model(paths[0])
+    assert model.get("split.count") == 3
+    assert len(model.tensors) == 6
+    assert sorted(model.layer_bytes()) == list(range(6))
+    assert split_part_paths(paths[0], 3) == [str(p) for p in paths]
+
+
+def test_split_set_refuses_a_missing_part_and_a_non_first_part(tmp_path):
+    paths = _split_set(tmp_path)
+    with pytest.raises(GGUFError, match="part 2 of a split set"):
+        read_model(paths[1])
+    paths[2].unlink()
+    with pytest.raises(GGUFError, match="00003-of-00003.gguf is missing"):
+        read_model(paths[0])
+
+
+def test_truncated_file_fails_with_offset(tmp_path):
+    path = write_gguf(tmp_path / "m.gguf")
+    data = path.read_bytes()
+    header = read_header(path)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: header.data_offset - 40])
+    with pytest.raises(GGUFError, match=r"offset \d+"):
+        read_header(cut)
+    tiny = tmp_path / "tiny.gguf"
+    tiny.write_bytes(b"GGUF")
+    with pytest.raises(GGUFError, match="truncated"):
+        read_header(tiny)
+
+
+def _raw_gguf(kv_blob: bytes, n_kv: int = 1, n_tensors: int = 0, tail: bytes = b"") -> bytes:
+    return struct.pack("<4sIQQ", b"GGUF", 3, n_tensors, n_kv) + kv_blob + tail
+
+
+def test_hostile_string_length_is_refused_without_allocating(tmp_path):
+    key = b"general.name"
+    blob = struct.pack("<Q", len(key)) + key + struct.pack("<I", 8) + struct.pack("<Q", 1 << 60)
+    path = tmp_path / "hostile.gguf"
+    path.write_bytes(_raw_gguf(blob) + b"\0" * 64)
+    with pytest.raises(GGUFError, match=r"claims 1152921504606846976 bytes.*|offset 2\d") as info:
+        read_header(path)
+    assert "offset" in str(info.value)
+
+
+def test_absurd_counts_are_refused(tmp_path):
+    path = tmp_path / "counts.gguf"
+    path.write_bytes(_raw_gguf(b"", n_kv=0, n_tensors=1 << 50) + b"\0" * 128)
+    with pytest.raises(GGUFError, match="tensor infos .* cannot fit"):
+        read_header(path)
+    path.write_bytes(_raw_gguf(b"", n_kv=1 << 40) + b"\0" * 128)
+    with pytest.raises(GGUFError, match="metadata entries .* cannot fit"):
+        read_header(path)
+
+
+def test_absurd_array_length_is_refused(tmp_path):
+    key = b"tokenizer.ggml.tokens"
+    blob = struct.pack("<Q", len(key)) + key + struct.pack("<I", 9) + struct.pack("<IQ", 8, 1 << 59)
+    path = tmp_path / "array.gguf"
+    path.write_bytes(_raw_gguf(blob) + b"\0" * 64)
+    with pytest.raises(GGUFError, match="claims 576460752303423488 strings"):
+        read_header(path)
+
+
+def test_too_many_dimensions_and_unknown_type_are_refused(tmp_path):
+    name = b"t"
+    info = struct.pack("<Q", 1) + name + struct.pack("<I", 9)
+    path = tmp_path / "dims.gguf"
+    path.write_bytes(_raw_gguf(b"", n_kv=0, n_tensors=1, tail=info) + b"\0" * 128)
+    with pytest.raises(GGUFError, match="9 dimensions"):
+        read_header(path)
+    info = struct.pack("<Q", 1) + name + struct.pack("<I", 1) + struct.pack("<Q", 4) + struct.pack("<IQ", 99, 0)
+    path.write_bytes(_raw_gguf(b"", n_kv=0, n_tensors=1, tail=info) + b"\0" * 128)
+    with pytest.raises(GGUFError, match="ggml type 99"):
+        read_header(path)
+
+
+def test_not_gguf_and_old_versions_are_refused(tmp_path):
+    path = tmp_path / "x.gguf"
+    path.write_bytes(b"GGML" + b"\0" * 60)
+    with pytest.raises(GGUFError, match="magic"):
+        read_header(path)
+    path.write_bytes(struct.pack("<4sIQQ", b"GGUF", 1, 0, 0) + b"\0" * 32)
+    with pytest.raises(GGUFError, match="version 1"):
+        read_header(path)
+
+
+def test_sparse_file_header_is_read_without_touching_data(tmp_path):
+    path = write_gguf(tmp_path / "sparse.gguf")
+    with open(path, "r+b") as handle:
+        handle.truncate(8 * (1 << 30))  # 8 GiB, sparse: reading data would take seconds
+    header = read_header(path)
+    assert header.file_size == 8 * (1 << 30)
+    assert header.architecture == "llama"
