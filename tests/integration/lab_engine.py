@@ -1,0 +1,52 @@
+"""Boot the lab's real llama-server (engine image, podman) and capture its boot log."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / ".lab" / "models"
+CONTAINERS_CONF = ROOT / "lab" / "containers.conf"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
+    return env
+
+
+def engine_image() -> str | None:
+    """The lab engine image reference, or None when podman or the image is not here."""
+    if shutil.which("podman") is None:
+        return None
+    ref = subprocess.run([str(ROOT / "lab" / "lab.sh"), "image-ref", "engine-llamacpp"], capture_output=True, text=True, check=True).stdout.strip()
+    exists = subprocess.run(["podman", "image", "exists", ref], env=_env(), check=False)
+    return ref if exists.returncode == 0 else None
+
+
+def boot_log(image: str, model: str, args: list[str], until: str = "llama_kv_cache: size", timeout: float = 60) -> str:
+    """Start llama-server on `model` with `args`, return its log once `until` has been printed."""
+    name = f"llm-fleet-kvprobe-{uuid.uuid4().hex[:8]}"
+    argv = [
+        "podman", "run", "--rm", "--name", name, "--network", "none",
+        "-v", f"{MODELS}:/models:ro", image,
+        "-m", f"/models/{model}", "--port", "18999", "-lv", "4", *args,
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if until in line or time.monotonic() > deadline:
+                break
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, env=_env(), check=False)
+        proc.wait(timeout=30)
+    return "".join(lines)
