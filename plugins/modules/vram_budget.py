@@ -1,0 +1,177 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vram_budget
+short_description: Price an endpoint shape on every GPU before deploy, and refuse what cannot fit
+version_added: 0.1.0
+description:
+  - Builds the per-device ledger of a shape (weights, KV, compute buffers or graphs, projector,
+    drafter and its own KV, runtime overhead, non-torch memory, expert arena, declared extras)
+    from the model's GGUF header or an explicit geometry, and judges it against the laws of the
+    runtime - capacity, per-device free floor, maximum gap between devices, the vLLM pool law
+    (C(ctx <= pool <= slots x ctx)), C(gpu_memory_utilization < 1.0), the measured slot ceiling,
+    the llama.cpp prompt-cache law and the client window.
+  - vLLM KV tokens come from calibration (measured boots); a formula estimate is used only as a
+    fallback, and the result says which basis it used and when it extrapolated.
+  - Fails, naming the device, the term and the overage in MiB, unless O(report_only=true).
+  - Reads only file headers; the shape's payload must be readable where the module runs (use
+    C(model_geometry) in O(shape) when it is not, for example for a controller-side check).
+author:
+  - frank.llm_fleet maintainers
+extends_documentation_fragment:
+  - frank.llm_fleet.attributes.READ_ONLY
+options:
+  shape:
+    description:
+      - The shape, as an inventory holds it. Keys are documented in C(docs/vram_budget.md).
+      - Common keys are C(runtime) (C(llamacpp) or C(vllm)), C(devices) (a list of
+        C(name)/C(memory)), C(model) (GGUF path, first part of a split set), C(ctx_size),
+        C(parallel), C(type_k), C(type_v), C(tensor_split), C(max_model_len), C(max_num_seqs),
+        C(kv_cache_dtype), C(kv_cache_memory_bytes), C(gpu_memory_utilization), C(calibration),
+        C(free_floor) and C(max_device_gap).
+      - Sizes accept bytes or strings such as C(31.86 GiB), C(12,544 MiB) or C(7.2e9).
+    type: dict
+    required: true
+  devices:
+    description:
+      - Devices to price on; overrides O(shape) C(devices) when given. One entry per GPU rank,
+        or the host for a CPU-only engine.
+    type: list
+    elements: dict
+  report_only:
+    description: Return the verdicts without failing when the shape does not fit.
+    type: bool
+    default: false
+notes:
+  - Pure computation on header bytes; no tensor data is read.
+seealso:
+  - name: The budget laws
+    description: The arithmetic and its measured calibration.
+    link: https://example.invalid/frank/llm_fleet/docs/vram_budget.md
+"""
+
+EXAMPLES = r"""
+- name: Refuse a llama.cpp shape that cannot fit the 3090
+  frank.llm_fleet.vram_budget:
+    shape:
+      runtime: llamacpp
+      devices:
+        - name: rtx3090
+          memory: 24,576 MiB
+      model: /srv/models/frank-secondary/model.gguf
+      ctx_size: 401408
+      parallel: 2
+      type_k: f16
+      type_v: f16
+      ubatch: 1024
+      free_floor: 1.5 GiB
+
+- name: Price the primary's vLLM shape per rank, from calibration, and only report
+  frank.llm_fleet.vram_budget:
+    report_only: true
+    shape:
+      runtime: vllm
+      devices:
+        - {name: r9700-0, memory: 31.86 GiB}
+        - {name: r9700-1, memory: 31.86 GiB}
+      tensor_parallel: 2
+      max_model_len: 200704
+      max_num_seqs: 3
+      kv_cache_dtype: fp8
+      kv_cache_memory_bytes: 3.15e9
+      gpu_memory_utilization: 0.98
+      calibration:
+        - {kv_dtype: fp8, max_model_len: 262144, pool_bytes: 8311013376, tokens: 1079582}
+  register: budget
+
+- name: Show the ledger
+  ansible.builtin.debug:
+    msg: "{{ budget.table }}"
+"""
+
+RETURN = r"""
+fits:
+  description: Whether every rule passed.
+  returned: always
+  type: bool
+  sample: false
+ledger:
+  description: Per device, every term named and sized, with used, free and capacity in bytes.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - device: r9700-0
+      capacity_bytes: 34209101578
+      used_bytes: 34069459681
+      free_bytes: 139641897
+      terms:
+        - {name: weights, bytes: 6743098982, mib: 6430.72}
+kv:
+  description:
+    - KV figures. llama.cpp - cells per stream, streams, K and V bytes, per-slot window.
+      vLLM - tokens, concurrency, bytes per token and the basis (measured, extrapolated or formula).
+  returned: always
+  type: dict
+  sample: {tokens: 1350182, concurrency: 5.15, basis: measured}
+client:
+  description: The client contract derived from the engine ceiling (context_window, max_tokens, compaction_at).
+  returned: always
+  type: dict
+  sample: {ceiling: 200704, context_window: 155648, max_tokens: 45056, compaction_at: 132300}
+rules:
+  description: Every rule's verdict; failures name the device, the term and the overage in MiB.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {rule: free_floor, ok: false, device: r9700-0, term: expert_arena, overage_mib: 378.9}
+notes:
+  description: Caveats, such as an extrapolated calibration.
+  returned: always
+  type: list
+  elements: str
+table:
+  description: The ledger as a text table, for display.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import ShapeError, price_shape, render_table
+from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFError
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "shape": {"type": "dict", "required": True},
+            "devices": {"type": "list", "elements": "dict"},
+            "report_only": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    shape = module.params["shape"]
+    if module.params["devices"]:
+        shape = {**shape, "devices": module.params["devices"]}
+    try:
+        result = price_shape(shape)
+    except (ShapeError, GGUFError, OSError) as exc:
+        module.fail_json(msg=f"shape is invalid: {exc}")
+    report = {key: value for key, value in result.as_dict().items()}
+    report["table"] = render_table(result)
+    if not result.fits and not module.params["report_only"]:
+        reasons = "; ".join(v.message for v in result.failures)
+        module.fail_json(msg=f"shape does not fit: {reasons}", changed=False, **report)
+    module.exit_json(changed=False, **report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The operator CLI, run as the operator runs it (a subprocess)."""
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, str(ROOT / "bin" / "llm-fleet")]
+EXAMPLE = ROOT / "docs" / "examples" / "primary-rank-refused.yml"
+
+
+def run(*args):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, check=False)
+
+
+def test_refused_shape_exits_1_and_prints_the_failing_rule():
+    proc = run("budget", "--shape", str(EXAMPLE))
+    assert proc.returncode == 1
+    assert "[FAIL] free_floor: r9700-0" in proc.stdout
+    assert "fits: NO" in proc.stdout
+
+
+def test_set_override_turns_the_refusal_into_a_pass():
+    proc = run("budget", "--shape", str(EXAMPLE), "--set", "expert_arena=14.31 GiB", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["fits"] is True
+    assert result["kv"]["basis"] == "measured"
+
+
+def test_invalid_input_exits_2_naming_the_field():
+    proc = run("budget", "--shape", str(EXAMPLE), "--set", "kv_cache_dtype=fp3")
+    assert proc.returncode == 2
+    assert "kv_cache_dtype" in proc.stderr
+
+
+def test_svg_picture_has_one_bar_segment_per_term(tmp_path):
+    svg = tmp_path / "ledger.svg"
+    proc = run("budget", "--shape", str(EXAMPLE), "--svg", str(svg))
+    assert proc.returncode == 1
+    root = ET.fromstring(svg.read_text())
+    ns = "{http://www.w3.org/2000/svg}"
+    titled = [rect for rect in root.iter(f"{ns}rect") if rect.find(f"{ns}title") is not None]
+    assert [rect.find(f"{ns}title").text.split(":")[0] for rect in titled] == ["weights", "kv_pool", "graphs", "expert_arena", "non_torch"]
+    heights = [float(rect.get("height")) for rect in titled]
+    assert heights.index(max(heights)) == 3  # the arena is the largest term
