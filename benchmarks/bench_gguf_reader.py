@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 
+import gguf  # noqa: E402
 import numpy as np  # noqa: E402
 
-import gguf  # noqa: E402
 from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import read_header  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def write_many_tensors(path: Path, count: int) -> None:
 
 def best_of(fn, repeat: int) -> float:
     best = float("inf")
-    for _ in range(repeat):
+    for _run in range(repeat):
         start = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - start)

@@ -76,7 +76,7 @@ load_engine_into() {
         return 0
     fi
     log "loading $ref into $name"
-    podman save "$ref" | podman exec -i "$name" podman load >/dev/null
+    podman save "$ref" 2>/dev/null | podman exec -i "$name" podman load -q >/dev/null
 }
 
 cmd_images() {

@@ -14,9 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 import gguf
+import numpy as np
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Boot-ledger parser: the facts an engine prints about its own memory while it boots.

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The per-device ledger: price a shape on every device before deploy, and judge it.
@@ -11,8 +10,9 @@ false when any rule fails, and the failures name the device, the term and the ov
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import client_window
@@ -214,7 +214,9 @@ def geometry_from_dict(spec: dict[str, Any], field_name: str = "geometry") -> kv
         raise ShapeError(f"{field_name}.layer_kinds: give {n_layer} values, each full, swa or recurrent")
     state = _size(spec, "recurrent_state_bytes", 0) or 0
     layers = [
-        kv_law.LayerKV("recurrent", recurrent_state_bytes=state) if kind == "recurrent" else kv_law.LayerKV(kind, int(heads_list[il]), dim_k, dim_v, bool(spec.get("k_eq_v", False)))
+        kv_law.LayerKV("recurrent", recurrent_state_bytes=state)
+        if kind == "recurrent"
+        else kv_law.LayerKV(kind, int(heads_list[il]), dim_k, dim_v, bool(spec.get("k_eq_v", False)))
         for il, kind in enumerate(kinds)
     ]
     layer_bytes_spec = spec.get("layer_bytes", 0)
@@ -274,7 +276,8 @@ def _capacity_verdicts(devices: list[DeviceLedger], floor: int, max_gap: int | N
                 Verdict(
                     "fits",
                     False,
-                    f"{device.name}: {device.used / MIB:,.1f} MiB needed of {device.capacity / MIB:,.1f} MiB: over by {over:,.1f} MiB at term '{crossing.name}' ({crossing.bytes / MIB:,.1f} MiB)",
+                    f"{device.name}: {device.used / MIB:,.1f} MiB needed of {device.capacity / MIB:,.1f} MiB: "
+                    f"over by {over:,.1f} MiB at term '{crossing.name}' ({crossing.bytes / MIB:,.1f} MiB)",
                     device.name,
                     crossing.name,
                     round(over, 1),
@@ -289,7 +292,8 @@ def _capacity_verdicts(devices: list[DeviceLedger], floor: int, max_gap: int | N
                 Verdict(
                     "free_floor",
                     False,
-                    f"{device.name}: {device.free / MIB:,.1f} MiB free, below the floor of {floor / MIB:,.1f} MiB by {short:,.1f} MiB (largest term '{largest.name}', {largest.bytes / MIB:,.1f} MiB)",
+                    f"{device.name}: {device.free / MIB:,.1f} MiB free, below the floor of {floor / MIB:,.1f} MiB by {short:,.1f} MiB "
+                    f"(largest term '{largest.name}', {largest.bytes / MIB:,.1f} MiB)",
                     device.name,
                     largest.name,
                     round(short, 1),
@@ -320,7 +324,8 @@ def slot_ceiling(boots: list[dict[str, Any]], capacity: int, floor: int) -> tupl
     if len(boots) < 2:
         raise ShapeError("slot_calibration.boots: give two measured boots with different slot counts")
     (s1, u1), (s2, u2) = ((_int(b, "slots", minimum=1), parse_size(b.get("used"), "slot_calibration.boots[].used")) for b in boots[:2])
-    assert s1 is not None and s2 is not None
+    if s1 is None or s2 is None:
+        raise ShapeError("slot_calibration.boots[].slots: required")
     if s1 == s2:
         raise ShapeError("slot_calibration.boots: the two boots must differ in slot count")
     per_slot = (u2 - u1) // (s2 - s1)
@@ -343,7 +348,7 @@ def _price_llamacpp(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) 
         raise ShapeError("ctx_size: required for llama.cpp shapes")
     parallel = _int(shape, "parallel", 1, minimum=1) or 1
     type_k = str(shape.get("type_k", "f16"))
-    type_v = str(shape.get("type_v", type_k if "type_v" not in shape else shape["type_v"]))
+    type_v = str(shape.get("type_v", type_k))
     ubatch = _int(shape, "ubatch", 512, minimum=1) or 512
     unified = bool(shape.get("kv_unified", False))
     try:
@@ -383,7 +388,9 @@ def _price_llamacpp(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) 
     drafter = _load_geometry(shape, "drafter", loader)
     notes: list[str] = []
     if drafter is not None:
-        draft_kv = kv_law.llamacpp_kv(drafter, ctx, parallel, str(shape.get("drafter_type_k", type_k)), str(shape.get("drafter_type_v", type_v)), unified=unified, ubatch=ubatch)
+        draft_kv = kv_law.llamacpp_kv(
+            drafter, ctx, parallel, str(shape.get("drafter_type_k", type_k)), str(shape.get("drafter_type_v", type_v)), unified=unified, ubatch=ubatch
+        )
         devices[last].add("drafter_weights", drafter.weight_bytes)
         window_note = f"window {drafter.sliding_window}" if drafter.sliding_window else "no sliding window: caches the full target window"
         devices[last].add("drafter_kv", draft_kv.total_bytes, window_note)
@@ -422,7 +429,9 @@ def _price_llamacpp(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) 
             Verdict(
                 "cache_ram_holds_slot",
                 holds,
-                f"--cache-ram {cache_ram / MIB:,.0f} MiB " + ("holds" if holds else "cannot hold") + f" one full slot's state ({per_slot_state / MIB:,.1f} MiB)",
+                f"--cache-ram {cache_ram / MIB:,.0f} MiB "
+                + ("holds" if holds else "cannot hold")
+                + f" one full slot's state ({per_slot_state / MIB:,.1f} MiB)",
                 "host",
                 "cache_ram",
                 None if holds else round((per_slot_state - cache_ram) / MIB, 1),
@@ -510,8 +519,7 @@ def _price_vllm(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> B
     if max_len is None:
         raise ShapeError("max_model_len: required for vLLM shapes")
     seqs = _int(shape, "max_num_seqs", 1, minimum=1) or 1
-    util = _float(shape, "gpu_memory_utilization", 0.9)
-    assert util is not None
+    util = _float(shape, "gpu_memory_utilization", 0.9) or 0.0
     dtype = str(shape.get("kv_cache_dtype", "auto"))
     try:
         kv_law.normalise_vllm_dtype(dtype)
@@ -522,7 +530,8 @@ def _price_vllm(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> B
         Verdict(
             "gpu_memory_utilization",
             0.0 < util < 1.0,
-            f"gpu_memory_utilization {util}: " + ("below 1.0" if util < 1.0 else "1.0 is unbootable (worker init demands free memory above the budget); use at most 0.98"),
+            f"gpu_memory_utilization {util}: "
+            + ("below 1.0" if util < 1.0 else "1.0 is unbootable (worker init demands free memory above the budget); use at most 0.98"),
             term=None if util < 1.0 else "gpu_memory_utilization",
         )
     ]
@@ -572,7 +581,8 @@ def _price_vllm(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> B
             + (
                 f"must hold at least one max_model_len ({max_len:,}): short by {(max_len - kv.tokens) * kv.bytes_per_token / MIB:,.1f} MiB"
                 if not pool_ok_low
-                else f"more than max_num_seqs x max_model_len ({seqs * max_len:,}): {(kv.tokens - seqs * max_len) * kv.bytes_per_token / MIB:,.1f} MiB the engine can never use; shrink the pool or raise max_num_seqs"
+                else f"more than max_num_seqs x max_model_len ({seqs * max_len:,}): "
+                f"{(kv.tokens - seqs * max_len) * kv.bytes_per_token / MIB:,.1f} MiB the engine can never use; shrink the pool or raise max_num_seqs"
                 if not pool_ok_high
                 else f"within [{max_len:,}, {seqs * max_len:,}]"
             ),
@@ -636,4 +646,4 @@ def render_table(result: BudgetResult) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BudgetResult", "ShapeError", "price_shape", "render_table", "assign_layers", "slot_ceiling", "GIB"]
+__all__ = ["GIB", "BudgetResult", "ShapeError", "assign_layers", "price_shape", "render_table", "slot_ceiling"]

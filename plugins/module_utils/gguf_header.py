@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """GGUF header reader: metadata and tensor infos, never tensor data.
@@ -76,7 +75,19 @@ _SCALAR_FORMATS = {
     _INT64: struct.Struct("<q"),
     _FLOAT64: struct.Struct("<d"),
 }
-_ARRAY_CODES = {_UINT8: "B", _INT8: "b", _UINT16: "H", _INT16: "h", _UINT32: "I", _INT32: "i", _FLOAT32: "f", _BOOL: "?", _UINT64: "Q", _INT64: "q", _FLOAT64: "d"}
+_ARRAY_CODES = {
+    _UINT8: "B",
+    _INT8: "b",
+    _UINT16: "H",
+    _INT16: "h",
+    _UINT32: "I",
+    _INT32: "i",
+    _FLOAT32: "f",
+    _BOOL: "?",
+    _UINT64: "Q",
+    _INT64: "q",
+    _FLOAT64: "d",
+}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<4sIQQ")
@@ -114,7 +125,7 @@ class TensorInfo(NamedTuple):
 
     @property
     def n_bytes(self) -> int:
-        _, block, size = GGML_TYPES[self.ggml_type]
+        _name, block, size = GGML_TYPES[self.ggml_type]
         return self.n_elements // block * size
 
 
@@ -234,10 +245,10 @@ def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> 
             if count > (cur.end - cur.pos) // 8:
                 raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} strings, the file is too short")
             if count > KEEP_ARRAY_MAX:
-                for _ in range(count):
+                for _item in range(count):
                     cur.skip_string(f"item of {key!r}")
                 return None
-            return [cur.string(f"item of {key!r}") for _ in range(count)]
+            return [cur.string(f"item of {key!r}") for _item in range(count)]
         raise GGUFError(f"unsupported GGUF: array {key!r} at offset {start} has item type {item_type}")
     raise GGUFError(f"corrupt GGUF: value of {key!r} at offset {cur.pos - 4} has unknown type {vtype}")
 
@@ -271,7 +282,7 @@ def _parse(path: str, buf: Any, file_size: int) -> GGUFHeader:
 
     metadata: dict[str, Any] = {}
     lengths: dict[str, int] = {}
-    for _ in range(n_kv):
+    for _entry in range(n_kv):
         key = cur.string("metadata key")
         vtype = cur.u32(f"type of {key!r}")
         metadata[key] = _read_value(cur, vtype, key, lengths)

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The KV law: what a shape's KV cache costs, for llama.cpp (by formula, exact) and vLLM
@@ -17,8 +16,9 @@ llama.cpp (checked against llama-server's `llama_kv_cache: size = ...` line):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFHeader
 
@@ -149,7 +149,7 @@ def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None =
     default_head_dim = n_embd // max_heads if max_heads else 0
     head_dim_k = int(header.arch_key("attention.key_length") or default_head_dim)
     head_dim_v = int(header.arch_key("attention.value_length") or default_head_dim)
-    k_eq_v = bool(header.arch_key("attention.k_eq_v") or header.arch_key("attention_k_eq_v") or False)
+    k_eq_v = bool(header.arch_key("attention.k_eq_v") or header.arch_key("attention_k_eq_v"))
     swa = _swa_flags(header, n_layer)
     interval = header.arch_key("full_attention_interval")
     state = recurrent_state_bytes if recurrent_state_bytes is not None else _recurrent_state_bytes(header)
@@ -190,7 +190,10 @@ def cache_type_bytes(type_name: str, head_dim: int, field_name: str) -> int:
         raise KvLawError(f"{field_name}: unknown cache type {type_name!r} (one of: {', '.join(LLAMACPP_KV_TYPES)})")
     block, size = LLAMACPP_KV_TYPES[key]
     if head_dim % block:
-        raise KvLawError(f"{field_name}: {type_name} packs {block} elements per block, which does not divide head dim {head_dim}; the engine refuses it (use f16 or a type whose block divides {head_dim})")
+        raise KvLawError(
+            f"{field_name}: {type_name} packs {block} elements per block, which does not divide head dim {head_dim}; "
+            f"the engine refuses it (use f16 or a type whose block divides {head_dim})"
+        )
     return head_dim // block * size
 
 
@@ -384,7 +387,10 @@ def vllm_kv(
         nearest = min({c.max_model_len for c in same_dtype}, key=lambda length: abs(length - max_model_len))
         per_token, fixed = _fit([c for c in same_dtype if c.max_model_len == nearest])
         basis = "extrapolated"
-        note = f"no boot measured at max_model_len {max_model_len}; extrapolated from {nearest} ({dtype}): the per-token price shifts with the geometry, so re-measure after deploy"
+        note = (
+            f"no boot measured at max_model_len {max_model_len}; extrapolated from {nearest} ({dtype}): "
+            "the per-token price shifts with the geometry, so re-measure after deploy"
+        )
     elif geometry is not None:
         per_token, fixed = vllm_formula_bytes_per_token(geometry, dtype, tensor_parallel), 0.0
         if per_token <= 0:

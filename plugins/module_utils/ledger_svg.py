@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The ledger as a picture: one stacked bar per device, terms in a fixed colour order, the
@@ -36,7 +35,8 @@ def render_svg(result: BudgetResult, title: str = "") -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total_height}" font-family="sans-serif" font-size="12">',
         f'<rect width="{width}" height="{total_height}" fill="white"/>',
-        f'<text x="{LEFT}" y="20" font-size="14" font-weight="bold">{escape(title or f"{result.runtime} ledger")} - fits: {"yes" if result.fits else "NO"}</text>',
+        f'<text x="{LEFT}" y="20" font-size="14" font-weight="bold">'
+        f"{escape(title or f'{result.runtime} ledger')} - fits: {'yes' if result.fits else 'NO'}</text>",
         f'<line x1="{LEFT}" y1="{TOP + HEIGHT}" x2="{width - 200}" y2="{TOP + HEIGHT}" stroke="black"/>',
     ]
     for index, device in enumerate(result.devices):
@@ -50,7 +50,9 @@ def render_svg(result: BudgetResult, title: str = "") -> str:
             )
             running += term.bytes
         cap_y = y(device.capacity)
-        parts.append(f'<line x1="{x - 8:.1f}" y1="{cap_y:.1f}" x2="{x + BAR_WIDTH + 8:.1f}" y2="{cap_y:.1f}" stroke="black" stroke-width="2" stroke-dasharray="4 2"/>')
+        parts.append(
+            f'<line x1="{x - 8:.1f}" y1="{cap_y:.1f}" x2="{x + BAR_WIDTH + 8:.1f}" y2="{cap_y:.1f}" stroke="black" stroke-width="2" stroke-dasharray="4 2"/>'
+        )
         colour = "#c00" if device.free < 0 else "black"
         parts.append(f'<text x="{x:.1f}" y="{TOP + HEIGHT + 16}">{escape(device.name)}</text>')
         parts.append(f'<text x="{x:.1f}" y="{TOP + HEIGHT + 32}" fill="{colour}">{device.used / GIB:.2f}/{device.capacity / GIB:.2f} GiB</text>')

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Byte sizes as operators and engines write them: 31.86 GiB, 12,544 MiB, 7.2e9, 3150000000.
@@ -59,7 +58,7 @@ def parse_size(value: object, field: str = "size") -> int:
         raise SizeError(f"{field}: size must be finite, got {value!r}")
     if number < 0:
         raise SizeError(f"{field}: size must not be negative, got {value!r}")
-    return int(round(number * _UNITS[unit]))
+    return round(number * _UNITS[unit])
 
 
 def mib(n_bytes: float) -> float:

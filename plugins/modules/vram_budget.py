@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
@@ -23,7 +22,7 @@ description:
   - Reads only file headers; the shape's payload must be readable where the module runs (use
     C(model_geometry) in O(shape) when it is not, for example for a controller-side check).
 author:
-  - frank.llm_fleet maintainers
+  - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
   - frank.llm_fleet.attributes.READ_ONLY
 options:
@@ -165,7 +164,7 @@ def main() -> None:
         result = price_shape(shape)
     except (ShapeError, GGUFError, OSError) as exc:
         module.fail_json(msg=f"shape is invalid: {exc}")
-    report = {key: value for key, value in result.as_dict().items()}
+    report = result.as_dict()
     report["table"] = render_table(result)
     if not result.fits and not module.params["report_only"]:
         reasons = "; ".join(v.message for v in result.failures)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 import gguf
+import numpy as np
 
 
 def write_gguf(

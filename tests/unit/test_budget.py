@@ -1,10 +1,10 @@
 import re
 
 import pytest
+from gguf_files import write_gguf
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import ShapeError, assign_layers, price_shape, render_table, slot_ceiling
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB, parse_size
-from gguf_files import write_gguf
 
 CARD = "31.86 GiB"
 FP8_CALIBRATION = [

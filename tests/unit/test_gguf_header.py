@@ -1,9 +1,10 @@
 import struct
 
+import gguf
 import numpy as np
 import pytest
+from gguf_files import write_gguf
 
-import gguf
 from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import (
     GGML_TYPES,
     GGUFError,
@@ -11,8 +12,6 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import
     read_model,
     split_part_paths,
 )
-
-from gguf_files import write_gguf
 
 
 def test_type_table_matches_the_reference_implementation():

@@ -1,9 +1,9 @@
 import pytest
+from gguf_files import write_gguf
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, KIB, MIB
-from gguf_files import write_gguf
 
 FP8_POINTS = [
     kv_law.VllmCalibration("fp8", 262_144, 8_311_013_376, 1_079_582),
