@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Image builds for the lab, sourced by lab/lab.sh. An image's tag is the hash of this file, its
 # spec (lab/images/SPEC.sh) and the nested containers.conf: editing any of them rebuilds it, and
 # nothing else does.
@@ -56,11 +57,11 @@ build_image() {
     debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$MIRROR" \
         >"$rootfs.log" 2>&1 || { tail -n 30 "$rootfs.log" >&2; rm -f "$rootfs.log"; die "debootstrap of $spec failed"; }
     rm -f "$rootfs.log"
-    if [[ -n ${APT_PACKAGES:-} ]]; then
+    if ((${#APT_PACKAGES[@]})); then
         # Packages whose maintainer scripts need a working system (podman's stack) go in with apt
         # inside the finished base, not through debootstrap's --include.
-        log "installing into $spec: $APT_PACKAGES"
-        chroot_apt_install "$rootfs" $APT_PACKAGES
+        log "installing into $spec: ${APT_PACKAGES[*]}"
+        chroot_apt_install "$rootfs" "${APT_PACKAGES[@]}"
     fi
     customize "$rootfs"
     # Package caches and lists are not needed at run time.

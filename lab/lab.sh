@@ -57,8 +57,8 @@ start_host() {
         -v "$name-storage:/var/lib/containers" \
         -v "$MODEL_DIR:/srv/lab-models:ro" \
         "$ref" /sbin/init >/dev/null
-    local i
-    for i in $(seq 1 60); do
+    local _try
+    for _try in $(seq 1 60); do
         if podman exec "$name" systemctl is-system-running 2>/dev/null | grep -qE 'running|degraded'; then
             log "host $name is up (systemd running)"
             return 0
@@ -96,10 +96,10 @@ cmd_up() {
 
 cmd_down() {
     local ids
-    ids=$(podman ps -a --filter "label=$LABEL=host" --format '{{.ID}}')
-    [[ -z $ids ]] || { log "removing lab hosts"; podman rm -f -t 5 $ids >/dev/null; }
-    ids=$(podman volume ls --filter "label=$LABEL=host" --format '{{.Name}}')
-    [[ -z $ids ]] || podman volume rm -f $ids >/dev/null
+    mapfile -t ids < <(podman ps -a --filter "label=$LABEL=host" --format '{{.ID}}')
+    ((${#ids[@]} == 0)) || { log "removing lab hosts"; podman rm -f -t 5 "${ids[@]}" >/dev/null; }
+    mapfile -t ids < <(podman volume ls --filter "label=$LABEL=host" --format '{{.Name}}')
+    ((${#ids[@]} == 0)) || podman volume rm -f "${ids[@]}" >/dev/null
     unmount_under "$BUILD_DIR"
     rm -rf "$BUILD_DIR"
     log "lab is down"
@@ -108,8 +108,8 @@ cmd_down() {
 cmd_purge() {
     cmd_down
     local ids
-    ids=$(podman images --filter "label=$LABEL=image" --format '{{.ID}}' | sort -u)
-    [[ -z $ids ]] || podman rmi -f $ids >/dev/null
+    mapfile -t ids < <(podman images --filter "label=$LABEL=image" --format '{{.ID}}' | sort -u)
+    ((${#ids[@]} == 0)) || podman rmi -f "${ids[@]}" >/dev/null
     rm -rf "$MODEL_DIR"
     log "lab images and models removed"
 }
