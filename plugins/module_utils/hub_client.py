@@ -1,0 +1,209 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A minimal Hugging Face Hub client for payloads, on http.client (stdlib only).
+
+Why not urllib: redirects must be handled by hand. The resolve endpoint's 3xx carries the truth
+(`X-Linked-Size`, `X-Linked-Etag` = the LFS sha256) that the CDN's final answer does not (a Xet
+CDN's ETag is a Xet hash, not a sha256), and the token must reach only the Hub, never a CDN.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import ssl
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urljoin, urlsplit
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+MAX_REDIRECTS = 5
+USER_AGENT = "frank.llm_fleet-hf_payload_gate/0.1"
+
+
+class HubError(RuntimeError):
+    """An HTTP answer the payload gate cannot use; `status` is the HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class FileProbe:
+    """What the Hub says about one file, from a HEAD that does not follow the CDN redirect."""
+
+    path: str
+    kind: str  # lfs (incl. Xet-backed) | git | direct
+    size: int
+    sha256: str | None  # only from X-Linked-Etag; a git file's ETag is a blob sha, never a sha256
+    commit: str | None
+
+
+def endpoint_from_env(explicit: str | None = None) -> str:
+    return (explicit or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def _strip_etag(value: str | None) -> str | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.startswith("W/"):
+        value = value[2:]
+    return value.strip('"') or None
+
+
+class HubClient:
+    def __init__(self, endpoint: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
+        self.endpoint = endpoint_from_env(endpoint)
+        self._hub_netloc = urlsplit(self.endpoint).netloc
+        self._token = token
+        self.timeout = timeout
+        self._ssl = ssl.create_default_context()
+
+    def __repr__(self) -> str:  # never show the token
+        return f"HubClient(endpoint={self.endpoint!r}, token={'set' if self._token else 'unset'})"
+
+    # --- transport -------------------------------------------------------------------------
+
+    def _headers_for(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        # The token goes to the Hub only: a CDN redirect target never sees it.
+        if self._token and urlsplit(url).netloc == self._hub_netloc:
+            headers["Authorization"] = f"Bearer {self._token}"
+        headers.update(extra or {})
+        return headers
+
+    def request(self, method: str, url: str, headers: dict[str, str] | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """One request, no redirect following. The caller reads and closes the response."""
+        parts = urlsplit(url)
+        if parts.scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(parts.netloc, timeout=self.timeout, context=self._ssl)
+        elif parts.scheme == "http":
+            conn = http.client.HTTPConnection(parts.netloc, timeout=self.timeout)
+        else:
+            raise HubError(f"unsupported URL scheme in {self.redact(url)}")
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        try:
+            conn.request(method, target or "/", headers=self._headers_for(url, headers))
+            return conn, conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise HubError(f"{method} {self.redact(url)}: {exc}") from None
+
+    def redact(self, text: str) -> str:
+        """Strip the token and any signed query from text bound for a log."""
+        if self._token:
+            text = text.replace(self._token, "***")
+        return re.sub(r"\?.*$", "?…", text) if "Signature" in text else text
+
+    def _error_from(self, response: http.client.HTTPResponse, what: str) -> HubError:
+        # Read a little of the body for the message; it never goes near a payload file.
+        detail = response.getheader("X-Error-Message") or response.read(512).decode("utf-8", "replace").strip()
+        hint = ""
+        if response.status in (401, 403):
+            hint = " (gated or private repo: give a token with access, via HF_TOKEN or the module's token)"
+        return HubError(f"{what}: HTTP {response.status}{hint}: {self.redact(detail)[:300]}", response.status)
+
+    def get_json(self, url: str) -> tuple[Any, http.client.HTTPResponse]:
+        for _hop in range(MAX_REDIRECTS):
+            conn, response = self.request("GET", url)
+            try:
+                if response.status in (301, 302, 307, 308) and response.getheader("Location"):
+                    url = urljoin(url, response.getheader("Location", ""))
+                    response.read()
+                    continue
+                if response.status != 200:
+                    raise self._error_from(response, f"GET {self.redact(url)}")
+                return json.loads(response.read().decode("utf-8")), response
+            finally:
+                conn.close()
+        raise HubError(f"GET {self.redact(url)}: too many redirects")
+
+    # --- the API ---------------------------------------------------------------------------
+
+    def _repo_path(self, repo_id: str, repo_type: str = "model") -> str:
+        prefix = {"model": "models", "dataset": "datasets", "space": "spaces"}[repo_type]
+        return f"/api/{prefix}/{repo_id}"
+
+    def resolve_commit(self, repo_id: str, revision: str = "main", repo_type: str = "model") -> str:
+        data, _response = self.get_json(f"{self.endpoint}{self._repo_path(repo_id, repo_type)}/revision/{quote(revision, safe='')}")
+        commit = data.get("sha") if isinstance(data, dict) else None
+        if not commit or not re.match(r"^[0-9a-f]{40}$", commit):
+            raise HubError(f"{repo_id}@{revision}: the Hub reported no commit sha")
+        return commit
+
+    def list_tree(self, repo_id: str, commit: str, repo_type: str = "model") -> list[dict[str, Any]]:
+        url: str | None = f"{self.endpoint}{self._repo_path(repo_id, repo_type)}/tree/{commit}?recursive=true"
+        entries: list[dict[str, Any]] = []
+        while url:
+            data, response = self.get_json(url)
+            if not isinstance(data, list):
+                raise HubError(f"{repo_id}: unexpected tree answer")
+            entries.extend(e for e in data if e.get("type") == "file")
+            match = re.search(r'<([^>]+)>;\s*rel="next"', response.getheader("Link") or "")
+            url = match.group(1) if match else None
+        return entries
+
+    def resolve_url(self, repo_id: str, commit: str, path: str, repo_type: str = "model") -> str:
+        prefix = {"model": "", "dataset": "datasets/", "space": "spaces/"}[repo_type]
+        return f"{self.endpoint}/{prefix}{repo_id}/resolve/{commit}/{quote(path)}"
+
+    def probe(self, repo_id: str, commit: str, path: str, repo_type: str = "model") -> FileProbe:
+        """HEAD the resolve URL without following the CDN redirect, and classify the file."""
+        url = self.resolve_url(repo_id, commit, path, repo_type)
+        conn, response = self.request("HEAD", url)
+        try:
+            response.read()
+            status = response.status
+            headers = {k.lower(): v for k, v in response.getheaders()}
+        finally:
+            conn.close()
+        commit_header = headers.get("x-repo-commit")
+        if status in (301, 302, 303, 307, 308):
+            if "x-linked-size" in headers:
+                # LFS (Xet-backed or not): the redirect's X-Linked-* headers are the truth.
+                return FileProbe(path, "lfs", int(headers["x-linked-size"]), _strip_etag(headers.get("x-linked-etag")), commit_header)
+            # A plain git file behind a redirect: follow once, trust its size only.
+            location = urljoin(url, headers.get("location", ""))
+            conn, response = self.request("HEAD", location)
+            try:
+                response.read()
+                if response.status != 200:
+                    raise self._error_from(response, f"HEAD {self.redact(location)}")
+                size = int(response.getheader("Content-Length") or -1)
+                commit_header = response.getheader("X-Repo-Commit") or commit_header
+            finally:
+                conn.close()
+            return FileProbe(path, "git", size, None, commit_header)
+        if status == 200:
+            return FileProbe(path, "direct", int(headers.get("content-length", -1)), None, commit_header)
+        conn, response = self.request("GET", url)  # re-ask with a body, for the error message
+        try:
+            raise self._error_from(response, f"HEAD {self.redact(url)}")
+        finally:
+            conn.close()
+
+    def open_download(
+        self, repo_id: str, commit: str, path: str, start: int = 0, repo_type: str = "model"
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """GET the file from `start`, following redirects by hand. No Range header when start is 0:
+        Xet CDNs refuse `bytes=0-`. Returns an open 200/206/416 response; any other status raises
+        without the body being handed to the caller."""
+        url = self.resolve_url(repo_id, commit, path, repo_type)
+        extra = {"Range": f"bytes={start}-"} if start > 0 else {}
+        for _hop in range(MAX_REDIRECTS):
+            conn, response = self.request("GET", url, extra)
+            if response.status in (301, 302, 303, 307, 308) and response.getheader("Location"):
+                url = urljoin(url, response.getheader("Location", ""))
+                response.read()
+                conn.close()
+                continue
+            if response.status in (200, 206, 416):
+                return conn, response
+            error = self._error_from(response, f"GET {self.redact(url)}")
+            conn.close()
+            raise error
+        raise HubError(f"GET {path}: too many redirects")

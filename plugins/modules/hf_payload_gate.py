@@ -1,0 +1,291 @@
+#!/usr/bin/python
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: hf_payload_gate
+short_description: Fetch and verify model payloads from a Hugging Face Hub, exactly and resumably
+version_added: 0.1.0
+description:
+  - O(state=verify) checks that exactly the manifest's files are present, regular and of their
+    exact size, by metadata only (no file data is read); with O(check_hash=true) it also compares
+    each sha256 with the Hub's LFS oid, hashing files in parallel.
+  - O(state=fetch) downloads what is missing. A file takes its final name only once its size and
+    sha256 match; until then it lives as C(NAME.partial) and a rerun resumes it with a Range
+    request. Missing files are requested without a Range header (Xet CDNs refuse C(bytes=0-)),
+    a complete partial answered with 416 is success, and an HTTP error never writes its body.
+  - A sha256 mismatch fails and keeps the file aside as C(NAME.rejected-TIME) for inspection;
+    files the manifest does not name are never touched.
+  - O(state=manifest) pins O(revision) to the commit the Hub reports and writes a manifest of
+    exactly O(files) (sizes and sha256 from the tree API, cross-checked with a HEAD on each resolve
+    URL that does not follow the CDN redirect).
+  - The token is sent only to the Hub (never to a CDN) and never appears in results or logs.
+author:
+  - frank.llm_fleet maintainers (@frank-ops)
+extends_documentation_fragment:
+  - frank.llm_fleet.attributes.CHANGES_HOST
+options:
+  state:
+    description: What to do.
+    type: str
+    choices: [verify, fetch, manifest]
+    default: verify
+  manifest:
+    description:
+      - The manifest, as a mapping (C(repo_id), C(revision), C(files)) or the path of a YAML or
+        JSON manifest file on the managed host. Required for O(state=verify) and O(state=fetch).
+      - Format documented in C(docs/hf_payload_gate.md).
+    type: raw
+  dest:
+    description: Directory that holds (or will hold) the payload. Required for O(state=verify) and O(state=fetch).
+    type: path
+  repo_id:
+    description: Repository for O(state=manifest), as C(owner/name).
+    type: str
+  revision:
+    description: Branch, tag or commit for O(state=manifest); the manifest pins the commit.
+    type: str
+    default: main
+  files:
+    description: Paths wanted in the manifest (O(state=manifest)); all files of the revision when omitted.
+    type: list
+    elements: str
+  manifest_path:
+    description: Where O(state=manifest) writes the manifest.
+    type: path
+  endpoint:
+    description: The Hub's base URL. Defaults to E(HF_ENDPOINT), else the public Hub.
+    type: str
+  token:
+    description: Access token for gated or private repos. Defaults to E(HF_TOKEN). Sent to the Hub only.
+    type: str
+  check_hash:
+    description: With O(state=verify), also compare every sha256 with the manifest (reads all data).
+    type: bool
+    default: false
+  trust_stamps:
+    description:
+      - With O(check_hash=true), accept a file whose size, mtime and inode are unchanged since it
+        was last verified (recorded in C(DEST/.llm-fleet-verified.json)) without hashing it again.
+    type: bool
+    default: false
+  workers:
+    description: Files hashed or fetched in parallel.
+    type: int
+    default: 2
+  refetch:
+    description: With O(state=fetch), set aside a present file whose size or sha256 is wrong and fetch it again.
+    type: bool
+    default: false
+  allow_symlinks:
+    description: Accept payload files that are symlinks to regular files.
+    type: bool
+    default: false
+  progress_file:
+    description:
+      - With O(state=fetch), write progress (bytes done and total, per file and overall) as JSON
+        to this file about once a second, for async polling.
+    type: path
+  timeout:
+    description: Seconds to wait on a Hub or CDN socket before giving up.
+    type: int
+    default: 60
+notes:
+  - Long fetches suit Ansible's C(async)/C(poll); read O(progress_file) while polling.
+seealso:
+  - name: Payload manifests and fetching
+    description: The manifest format and the rules the gate enforces.
+    link: https://example.invalid/frank/llm_fleet/docs/hf_payload_gate.md
+"""
+
+EXAMPLES = r"""
+- name: Gate a deploy on the payload, by metadata only (milliseconds for hundreds of GiB)
+  frank.llm_fleet.hf_payload_gate:
+    state: verify
+    manifest: /srv/models/frank-large/manifest.yml
+    dest: /srv/models/frank-large
+
+- name: Fetch what is missing, in the background, with progress
+  frank.llm_fleet.hf_payload_gate:
+    state: fetch
+    manifest: "{{ frank_large_manifest }}"
+    dest: /srv/models/frank-large
+    token: "{{ vault_hf_token }}"
+    progress_file: /run/frank-large-fetch.json
+  async: 36000
+  poll: 30
+
+- name: Write a manifest pinned to today's commit of three split parts
+  frank.llm_fleet.hf_payload_gate:
+    state: manifest
+    repo_id: unsloth/Qwen3-Coder-480B-A35B-Instruct-GGUF
+    revision: main
+    files:
+      - Q2_K/Qwen3-Coder-480B-A35B-Instruct-Q2_K-00001-of-00003.gguf
+      - Q2_K/Qwen3-Coder-480B-A35B-Instruct-Q2_K-00002-of-00003.gguf
+      - Q2_K/Qwen3-Coder-480B-A35B-Instruct-Q2_K-00003-of-00003.gguf
+    manifest_path: "{{ playbook_dir }}/../manifests/frank-large.yml"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+files:
+  description: Per manifest file, what was found or done.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {path: model-00001-of-00003.gguf, action: resumed, size: 49392123904, bytes_transferred: 1073741824}
+    - {path: config.json, status: ok, expected_size: 1423, actual_size: 1423}
+bytes_transferred:
+  description: Bytes downloaded by this run (O(state=fetch)); in check mode, the bytes that would be.
+  returned: when state is fetch
+  type: int
+total_bytes:
+  description: Sum of the manifest's file sizes.
+  returned: when state is verify or fetch
+  type: int
+manifest:
+  description: The manifest, as written (O(state=manifest)).
+  returned: when state is manifest
+  type: dict
+"""
+
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.hub_client import HubClient, HubError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_fetch import build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import (
+    ManifestError,
+    dump_manifest,
+    load_manifest,
+    parse_manifest,
+)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_verify import verify_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.progress import FileProgress
+
+
+def _load(module: AnsibleModule):
+    value = module.params["manifest"]
+    if value is None:
+        module.fail_json(msg=f"manifest: required with state={module.params['state']}")
+    if isinstance(value, dict):
+        return parse_manifest(value)
+    return load_manifest(str(value))
+
+
+def _client(module: AnsibleModule) -> HubClient:
+    token = module.params["token"] or os.environ.get("HF_TOKEN") or None
+    return HubClient(module.params["endpoint"], token, module.params["timeout"])
+
+
+def run_verify(module: AnsibleModule) -> None:
+    manifest = _load(module)
+    verdicts = verify_payload(
+        manifest,
+        module.params["dest"],
+        check_hash=module.params["check_hash"],
+        workers=module.params["workers"],
+        allow_symlinks=module.params["allow_symlinks"],
+        trust_stamps=module.params["trust_stamps"],
+    )
+    files = [v.as_dict() for v in verdicts]
+    bad = [v for v in verdicts if not v.ok]
+    result = {"changed": False, "files": files, "total_bytes": manifest.total_bytes}
+    if bad:
+        summary = ", ".join(f"{v.path}: {v.status}" + (f" ({v.detail})" if v.detail else "") for v in bad[:10])
+        module.fail_json(msg=f"payload is not complete: {len(bad)} of {len(verdicts)} files fail: {summary}", **result)
+    module.exit_json(
+        msg=f"{len(verdicts)} files, {manifest.total_bytes:,} bytes verified" + (" with sha256" if module.params["check_hash"] else " by size"), **result
+    )
+
+
+def run_fetch(module: AnsibleModule) -> None:
+    manifest = _load(module)
+    dest = module.params["dest"]
+    client = _client(module)
+    progress = FileProgress({f.path: f.size for f in manifest.files}, module.params["progress_file"]) if module.params["progress_file"] else None
+    results = fetch_payload(
+        client, manifest, dest, workers=module.params["workers"], refetch=module.params["refetch"], check_mode=module.check_mode, progress=progress
+    )
+    if progress and not module.check_mode:
+        progress.finish()
+    files = [r.as_dict() for r in results]
+    transferred = sum(r.bytes_transferred for r in results)
+    pending = [r.path for r in results if r.action not in ("skipped",)]
+    changed = any(r.changed for r in results) or (module.check_mode and bool(pending))
+    result = {"changed": changed, "files": files, "bytes_transferred": transferred, "total_bytes": manifest.total_bytes}
+    if module._diff:
+        result["diff"] = {
+            "before": "".join(f"{r.path}: {'present' if r.action == 'skipped' else 'missing or incomplete'}\n" for r in results),
+            "after": "".join(f"{r.path}: present\n" for r in results),
+        }
+    failed = [r for r in results if r.action == "failed"]
+    if failed:
+        module.fail_json(msg=f"{len(failed)} of {len(results)} files failed: " + "; ".join(r.detail for r in failed[:5]), **result)
+    module.exit_json(**result)
+
+
+def run_manifest(module: AnsibleModule) -> None:
+    for key in ("repo_id", "manifest_path"):
+        if not module.params[key]:
+            module.fail_json(msg=f"{key}: required with state=manifest")
+    manifest = build_manifest(_client(module), module.params["repo_id"], module.params["revision"], module.params["files"])
+    text = dump_manifest(manifest)
+    path = module.params["manifest_path"]
+    before = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            before = handle.read()
+    changed = before != text
+    if changed and not module.check_mode:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    result = {"changed": changed, "manifest": manifest.as_dict()}
+    if module._diff:
+        result["diff"] = {"before": before, "after": text, "before_header": path, "after_header": path}
+    module.exit_json(**result)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["verify", "fetch", "manifest"], "default": "verify"},
+            "manifest": {"type": "raw"},
+            "dest": {"type": "path"},
+            "repo_id": {"type": "str"},
+            "revision": {"type": "str", "default": "main"},
+            "files": {"type": "list", "elements": "str"},
+            "manifest_path": {"type": "path"},
+            "endpoint": {"type": "str"},
+            "token": {"type": "str", "no_log": True},
+            "check_hash": {"type": "bool", "default": False},
+            "trust_stamps": {"type": "bool", "default": False},
+            "workers": {"type": "int", "default": 2},
+            "refetch": {"type": "bool", "default": False},
+            "allow_symlinks": {"type": "bool", "default": False},
+            "progress_file": {"type": "path"},
+            "timeout": {"type": "int", "default": 60},
+        },
+        required_if=[("state", "verify", ["manifest", "dest"]), ("state", "fetch", ["manifest", "dest"])],
+        supports_check_mode=True,
+    )
+    runners = {"verify": run_verify, "fetch": run_fetch, "manifest": run_manifest}
+    try:
+        runners[module.params["state"]](module)
+    except (ManifestError, HubError) as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"{exc}", exception=traceback.format_exc())
+
+
+if __name__ == "__main__":
+    main()
