@@ -150,7 +150,7 @@ class HubEmulator:
         for role in ("hub", "lfs", "xet"):
             server = ThreadingHTTPServer((self.host, 0), _make_handler(self, role))
             server.daemon_threads = True
-            threading.Thread(target=server.serve_forever, name=f"hub-emulator-{role}", daemon=True).start()
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"hub-emulator-{role}", daemon=True).start()
             self._servers.append(server)
             setattr(self, f"{role}_url", f"http://{self.host}:{server.server_address[1]}")
         return self
@@ -208,6 +208,11 @@ class _HubHandler(BaseHTTPRequestHandler):
         pass
 
     # --- plumbing --------------------------------------------------------------------------
+
+    def handle(self) -> None:
+        # Clients that hang up mid-request (a cut, a refused resume) are normal here.
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            super().handle()
 
     def _send(self, status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
         self.send_response(status)

@@ -102,8 +102,9 @@ def _hash_prefix(path: str, length: int) -> hashlib._Hash:
     return digest
 
 
-def _set_aside(path: str) -> str:
-    aside = f"{path}.rejected-{time.strftime('%Y%m%dT%H%M%S')}"
+def _set_aside(path: str, final: str) -> str:
+    """Move a rejected file next to its final name, for inspection; never delete it."""
+    aside = f"{final}.rejected-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     os.replace(path, aside)
     return aside
 
@@ -111,10 +112,10 @@ def _set_aside(path: str) -> str:
 def _finalise(entry: ManifestFile, partial: str, final: str, sha256: str, dest: str) -> None:
     size = os.path.getsize(partial)
     if size != entry.size:
-        aside = _set_aside(partial)
+        aside = _set_aside(partial, final)
         raise FetchError(f"{entry.path}: got {size} bytes, manifest says {entry.size}; kept aside as {os.path.basename(aside)}")
     if entry.sha256 and sha256 != entry.sha256:
-        aside = _set_aside(partial)
+        aside = _set_aside(partial, final)
         raise FetchError(f"{entry.path}: sha256 {sha256} != manifest {entry.sha256}; kept aside as {os.path.basename(aside)}")
     os.replace(partial, final)
     if entry.sha256:
@@ -159,15 +160,15 @@ def fetch_file(
             return FetchResult(entry.path, "skipped", entry.size, 0, actual)
         if not refetch:
             raise FetchError(f"{entry.path}: present but sha256 {actual} != manifest {entry.sha256}; set refetch to fetch it again")
-        _set_aside(final)
+        _set_aside(final, final)
     elif existing.status in ("wrong_size", "not_regular", "symlink"):
         if not refetch:
             raise FetchError(f"{entry.path}: present but {existing.status} ({existing.detail or existing.actual_size}); set refetch to fetch it again")
-        _set_aside(final)
+        _set_aside(final, final)
 
     have = os.path.getsize(partial) if os.path.exists(partial) else 0
     if have > entry.size:
-        _set_aside(partial)
+        _set_aside(partial, final)
         have = 0
     digest = _hash_prefix(partial, have) if have else hashlib.sha256()
     conn, response = client.open_download(manifest.repo_id, manifest.revision, entry.path, start=have, repo_type=manifest.repo_type)

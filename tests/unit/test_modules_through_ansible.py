@@ -1,0 +1,98 @@
+"""The modules as Ansible runs them: ansible-playbook on localhost, JSON results read back."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import GATED, REPO, TOKEN
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def play(tmp_path, tasks, check=False, extra_env=None):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        **(extra_env or {}),
+    }
+    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)]
+    if check:
+        argv += ["--check", "--diff"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+    output = json.loads(proc.stdout[proc.stdout.index("{") :])
+    results = [task["hosts"]["localhost"] for task in output["plays"][0]["tasks"]]
+    return proc, results
+
+
+def test_vram_budget_module_refuses_naming_device_term_and_overage(tmp_path):
+    shape = yaml.safe_load((ROOT / "docs" / "examples" / "primary-rank-refused.yml").read_text())
+    proc, [result] = play(tmp_path, [{"frank.llm_fleet.vram_budget": {"shape": shape}}], check=True)
+    assert proc.returncode != 0
+    assert result["failed"] and not result["changed"]
+    assert "r9700-0" in result["msg"] and "expert_arena" in result["msg"] and "MiB" in result["msg"]
+    shape["expert_arena"] = "14.31 GiB"
+    proc, [result] = play(tmp_path, [{"frank.llm_fleet.vram_budget": {"shape": shape}}])
+    assert proc.returncode == 0 and result["fits"] and not result["changed"]
+
+
+@pytest.mark.parametrize("mode", ["check_then_fetch"])
+def test_hf_payload_gate_check_fetch_rerun_verify(hub, tmp_path, mode):
+    dest = tmp_path / "payload"
+    manifest_path = tmp_path / "manifest.yml"
+    common = {"endpoint": hub.emulator.hub_url}
+    proc, [made] = play(tmp_path, [{"frank.llm_fleet.hf_payload_gate": {**common, "state": "manifest", "repo_id": REPO, "manifest_path": str(manifest_path)}}])
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert made["changed"] and manifest_path.exists()
+    fetch = {"frank.llm_fleet.hf_payload_gate": {**common, "state": "fetch", "manifest": str(manifest_path), "dest": str(dest)}}
+    proc, [planned] = play(tmp_path, [fetch], check=True)
+    assert proc.returncode == 0
+    assert planned["changed"] and {f["action"] for f in planned["files"]} == {"would_fetch"}
+    assert not dest.exists() or not any(dest.iterdir())
+    proc, [fetched] = play(tmp_path, [fetch])
+    assert proc.returncode == 0 and fetched["changed"]
+    assert fetched["bytes_transferred"] == sum(len(data) for data, _kind in hub.blobs.values())
+    proc, [again] = play(tmp_path, [fetch])
+    assert proc.returncode == 0 and not again["changed"] and again["bytes_transferred"] == 0
+    verify = {"frank.llm_fleet.hf_payload_gate": {"state": "verify", "manifest": str(manifest_path), "dest": str(dest), "check_hash": True}}
+    proc, [verified] = play(tmp_path, [verify])
+    assert proc.returncode == 0 and not verified["changed"]
+    (dest / "config.json").unlink()
+    proc, [gate] = play(tmp_path, [verify])
+    assert proc.returncode != 0 and "config.json: missing" in gate["msg"]
+
+
+def test_hf_payload_gate_token_never_reaches_the_output(hub, tmp_path):
+    dest = tmp_path / "gated"
+    task = {
+        "frank.llm_fleet.hf_payload_gate": {
+            "endpoint": hub.emulator.hub_url,
+            "state": "manifest",
+            "repo_id": GATED,
+            "manifest_path": str(tmp_path / "m.yml"),
+            "token": TOKEN,
+        }
+    }
+    proc, [made] = play(tmp_path, [task])
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    fetch = {"frank.llm_fleet.hf_payload_gate": {"state": "fetch", "manifest": str(tmp_path / "m.yml"), "dest": str(dest)}}
+    proc, [denied] = play(tmp_path, [{**fetch, "environment": {"HF_ENDPOINT": hub.emulator.hub_url}}])
+    assert proc.returncode != 0 and "401" in denied["msg"]
+    proc, [fetched] = play(tmp_path, [{**fetch, "environment": {"HF_ENDPOINT": hub.emulator.hub_url, "HF_TOKEN": TOKEN}}])
+    assert proc.returncode == 0 and fetched["changed"]
+    for text in (proc.stdout, proc.stderr, json.dumps(made), json.dumps(fetched)):
+        assert TOKEN not in text
+    # Every file the module wrote (the playbook itself holds the token as its input).
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path.name != "play.yml":
+            assert TOKEN.encode() not in path.read_bytes()

@@ -1,0 +1,260 @@
+"""hf_payload_gate core against the Hub emulator (real HTTP on loopback)."""
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import GATED, REPO, TOKEN
+from hub_emulator import Fault
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.hub_client import HubClient, HubError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_fetch import build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import (
+    Manifest,
+    ManifestError,
+    ManifestFile,
+    destination_path,
+    parse_manifest,
+)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_verify import STAMP_FILE, verify_payload
+
+
+def by_path(results):
+    return {r.path: r for r in results}
+
+
+def test_manifest_takes_sha256_from_linked_etag_and_pins_the_commit(hub):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main")
+    files = {f.path: f for f in manifest.files}
+    assert manifest.revision == hub.emulator.repos[REPO].commit
+    lfs, xet, git = files["model-00001-of-00002.gguf"], files["model-00002-of-00002.gguf"], files["config.json"]
+    assert (lfs.sha256, lfs.size, lfs.lfs) == (hub.sha256(lfs.path), 3 << 20, True)
+    # The Xet CDN's ETag is not the sha256; the manifest must hold the sha256 all the same.
+    xet_file = hub.emulator.repos[REPO].files[xet.path]
+    assert xet.sha256 == hub.sha256(xet.path) != xet_file.xet_hash
+    # A git file: size only; its ETag is a blob sha and never taken for a sha256.
+    assert (git.sha256, git.lfs, git.size) == (None, False, len(hub.blobs["config.json"][0]))
+
+
+def test_manifest_of_chosen_files_and_unknown_file(hub):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["config.json"])
+    assert [f.path for f in manifest.files] == ["config.json"]
+    with pytest.raises(HubError, match="nope.gguf is not in the repository"):
+        build_manifest(client, REPO, "main", ["nope.gguf"])
+
+
+def test_fetch_lfs_xet_and_git_then_verify(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main")
+    dest = tmp_path / "dest"
+    results = by_path(fetch_payload(client, manifest, str(dest)))
+    assert {r.action for r in results.values()} == {"fetched"}
+    for path, (data, _kind) in hub.blobs.items():
+        assert (dest / path).read_bytes() == data
+        assert not (dest / f"{path}.partial").exists()
+    verdicts = verify_payload(manifest, str(dest), check_hash=True)
+    assert all(v.ok for v in verdicts), [v.as_dict() for v in verdicts]
+    # A missing file is never asked for with a Range header (the Xet CDN refuses bytes=0-).
+    assert not [r for r in hub.emulator.requests if "Range" in r.headers]
+
+
+def test_second_fetch_skips_everything_and_transfers_nothing(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main")
+    fetch_payload(client, manifest, str(tmp_path))
+    before = len(hub.emulator.requests)
+    again = fetch_payload(client, manifest, str(tmp_path))
+    assert {r.action for r in again} == {"skipped"}
+    assert sum(r.bytes_transferred for r in again) == 0
+    assert len(hub.emulator.requests) == before  # stamps: no network, no rehash
+
+
+def test_resume_after_a_cut_transfers_exactly_the_missing_bytes(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main")
+    path = "model-00002-of-00002.gguf"  # the Xet-style file: resume must use a non-zero start
+    cut = 1_234_567
+    hub.emulator.inject(path, Fault(cut_after=cut))
+    first = by_path(fetch_payload(client, manifest, str(tmp_path)))
+    assert first[path].action == "failed"
+    assert "partial file is kept" in first[path].detail
+    assert (tmp_path / f"{path}.partial").stat().st_size == cut
+    assert not (tmp_path / path).exists()
+    second = by_path(fetch_payload(client, manifest, str(tmp_path)))
+    assert second[path].action == "resumed"
+    assert second[path].bytes_transferred == len(hub.blobs[path][0]) - cut
+    assert (tmp_path / path).read_bytes() == hub.blobs[path][0]
+    ranges = [r.headers["Range"] for r in hub.emulator.requests if "Range" in r.headers]
+    assert ranges and set(ranges) == {f"bytes={cut}-"}
+
+
+def test_complete_partial_is_finished_by_a_416(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["model-00001-of-00002.gguf"])
+    (tmp_path / "model-00001-of-00002.gguf.partial").write_bytes(hub.blobs["model-00001-of-00002.gguf"][0])
+    [result] = fetch_payload(client, manifest, str(tmp_path))
+    assert (result.action, result.bytes_transferred) == ("completed", 0)
+    assert (tmp_path / "model-00001-of-00002.gguf").exists()
+
+
+def test_sha_mismatch_is_kept_aside_and_never_takes_the_final_name(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    good = build_manifest(client, REPO, "main", ["model-00001-of-00002.gguf"])
+    wrong = Manifest(good.repo_id, good.revision, [ManifestFile(good.files[0].path, good.files[0].size, "0" * 64, True)])
+    [result] = fetch_payload(client, wrong, str(tmp_path))
+    assert result.action == "failed" and "sha256" in result.detail
+    assert not (tmp_path / "model-00001-of-00002.gguf").exists()
+    aside = list(tmp_path.glob("model-00001-of-00002.gguf.rejected-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == hub.blobs["model-00001-of-00002.gguf"][0]
+
+
+def test_corrupted_byte_is_detected_and_only_refetch_replaces_it(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["model-00001-of-00002.gguf"])
+    fetch_payload(client, manifest, str(tmp_path))
+    target = tmp_path / "model-00001-of-00002.gguf"
+    with open(target, "r+b") as handle:
+        handle.seek(1 << 20)
+        byte = handle.read(1)
+        handle.seek(1 << 20)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    [verdict] = verify_payload(manifest, str(tmp_path), check_hash=True, trust_stamps=True)
+    assert verdict.status == "hash_mismatch"
+    [refused] = fetch_payload(client, manifest, str(tmp_path))
+    assert refused.action == "failed" and "set refetch" in refused.detail
+    [fixed] = fetch_payload(client, manifest, str(tmp_path), refetch=True)
+    assert fixed.action == "fetched"
+    assert target.read_bytes() == hub.blobs[target.name][0]
+    assert len(list(tmp_path.glob("model-00001-of-00002.gguf.rejected-*"))) == 1  # the bad copy is kept
+
+
+def test_http_error_body_is_never_written(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["config.json"])
+    missing = Manifest(manifest.repo_id, manifest.revision, [ManifestFile("not-on-the-hub.gguf", 100, None, False)])
+    [result] = fetch_payload(client, missing, str(tmp_path))
+    assert result.action == "failed" and "HTTP 404" in result.detail
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_gated_repo_needs_the_token_and_the_token_never_leaks(hub, tmp_path, capsys):
+    anonymous = HubClient(hub.emulator.hub_url)
+    with pytest.raises(HubError, match="HTTP 401.*token") as info:
+        build_manifest(anonymous, GATED, "main")
+    assert info.value.status == 401
+    client = HubClient(hub.emulator.hub_url, token=TOKEN)
+    manifest = build_manifest(client, GATED, "main")
+    unauth = Manifest(manifest.repo_id, manifest.revision, manifest.files)
+    [denied] = fetch_payload(anonymous, unauth, str(tmp_path / "anon"))
+    assert denied.action == "failed" and "401" in denied.detail
+    assert not any((tmp_path / "anon").iterdir())
+    [result] = fetch_payload(client, manifest, str(tmp_path / "ok"))
+    assert result.action == "fetched"
+    # The token reached the Hub and nothing else.
+    hub_auth = [r for r in hub.emulator.requests if r.server == "hub" and r.headers.get("Authorization")]
+    cdn_auth = [r for r in hub.emulator.requests if r.server != "hub" and r.headers.get("Authorization")]
+    assert hub_auth and not cdn_auth
+    # ... and appears in no result, no message, no file.
+    out = capsys.readouterr()
+    text = repr([result.as_dict(), denied.as_dict(), manifest.as_dict(), client]) + out.out + out.err
+    assert TOKEN not in text
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes()
+
+
+@pytest.mark.parametrize("bad", ["../escape.gguf", "/etc/passwd", "a/../../b", "a//b", "./x", "C:/x", "a\\b"])
+def test_unsafe_manifest_paths_are_refused(bad):
+    with pytest.raises(ManifestError, match=r"files\[0\]\.path"):
+        parse_manifest({"repo_id": "a/b", "revision": "0" * 40, "files": [{"path": bad, "size": 1}]})
+
+
+def test_symlinked_directory_escaping_the_destination_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "sub").symlink_to(outside)
+    with pytest.raises(ManifestError, match="resolves outside the destination"):
+        destination_path(str(dest), "sub/file.gguf")
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"revision": "main"}, "revision"),
+        ({"repo_id": "no spaces allowed"}, "repo_id"),
+        ({"files": []}, "files"),
+        ({"files": [{"path": "a", "size": -1}]}, r"files\[0\]\.size"),
+        ({"files": [{"path": "a", "size": 1, "sha256": "xyz"}]}, r"files\[0\]\.sha256"),
+        ({"files": [{"path": "a", "size": 1}, {"path": "a", "size": 1}]}, r"files\[1\]\.path"),
+    ],
+)
+def test_malformed_manifests_name_the_field(patch, field):
+    data = {"repo_id": "a/b", "revision": "0" * 40, "files": [{"path": "a", "size": 1}]}
+    data.update(patch)
+    with pytest.raises(ManifestError, match=f"^{field}"):
+        parse_manifest(data)
+
+
+def test_size_gate_reads_metadata_only_and_judges_each_kind_of_wrong(tmp_path):
+    dest = tmp_path
+    (dest / "right.bin").write_bytes(b"x" * 10)
+    (dest / "short.bin").write_bytes(b"x" * 9)
+    (dest / "dir.bin").mkdir()
+    (dest / "target.bin").write_bytes(b"x" * 10)
+    (dest / "link.bin").symlink_to(dest / "target.bin")
+    (dest / "dangling.bin").symlink_to(dest / "gone.bin")
+    names = ["right.bin", "short.bin", "dir.bin", "link.bin", "dangling.bin", "absent.bin"]
+    manifest = Manifest("a/b", "0" * 40, [ManifestFile(n, 10) for n in names])
+    status = {v.path: v.status for v in verify_payload(manifest, str(dest))}
+    assert status == {
+        "right.bin": "ok",
+        "short.bin": "wrong_size",
+        "dir.bin": "not_regular",
+        "link.bin": "symlink",
+        "dangling.bin": "symlink",
+        "absent.bin": "missing",
+    }
+    allowed = {v.path: v.status for v in verify_payload(manifest, str(dest), allow_symlinks=True)}
+    assert allowed["link.bin"] == "ok" and allowed["dangling.bin"] == "missing"
+    assert not (dest / STAMP_FILE).exists()  # a size gate writes nothing
+
+
+def test_verify_checks_exactly_the_manifest_files(tmp_path):
+    (tmp_path / "wanted.bin").write_bytes(b"abc")
+    (tmp_path / "unrelated-huge-file.bin").write_bytes(b"zz")
+    manifest = Manifest("a/b", "0" * 40, [ManifestFile("wanted.bin", 3)])
+    verdicts = verify_payload(manifest, str(tmp_path))
+    assert [v.path for v in verdicts] == ["wanted.bin"] and verdicts[0].ok
+    assert (tmp_path / "unrelated-huge-file.bin").exists()
+
+
+def test_check_mode_plans_without_touching_anything(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main")
+    (tmp_path / "model-00001-of-00002.gguf.partial").write_bytes(b"\0" * 1000)
+    before = len(hub.emulator.requests)
+    plan = by_path(fetch_payload(client, manifest, str(tmp_path), check_mode=True))
+    assert plan["model-00001-of-00002.gguf"].action == "would_resume"
+    assert plan["model-00001-of-00002.gguf"].bytes_transferred == (3 << 20) - 1000
+    assert plan["config.json"].action == "would_fetch"
+    assert len(hub.emulator.requests) == before
+    assert sorted(os.listdir(tmp_path)) == ["model-00001-of-00002.gguf.partial"]
+
+
+def test_slow_responses_still_complete(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["model-00001-of-00002.gguf"])
+    hub.emulator.inject("model-00001-of-00002.gguf", Fault(delay=0.05))
+    [result] = fetch_payload(client, manifest, str(tmp_path))
+    assert result.action == "fetched"
+    assert Path(tmp_path / "model-00001-of-00002.gguf").stat().st_size == 3 << 20
+
+
+def test_our_client_follows_tree_pagination(hub):
+    hub.emulator.page_size = 1
+    manifest = build_manifest(HubClient(hub.emulator.hub_url), REPO, "main")
+    assert len(manifest.files) == 3
