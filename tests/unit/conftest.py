@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
 
-from hub_emulator import HubEmulator  # noqa: E402
+from hub_emulator import HubEmulator
 
 REPO = "frank/tiny-payload"
 GATED = "frank/gated-payload"

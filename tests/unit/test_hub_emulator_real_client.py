@@ -1,6 +1,8 @@
 """The emulator checked against a real client: huggingface_hub's own download and tree code.
 Where the real client disagrees with the emulator, the emulator is what gets fixed."""
 
+from pathlib import Path
+
 import pytest
 from conftest import GATED, REPO, TOKEN
 
@@ -18,7 +20,7 @@ def test_hf_hub_download_of_a_gated_file_needs_the_token(hub, tmp_path):
     with pytest.raises(huggingface_hub.errors.HfHubHTTPError):
         huggingface_hub.hf_hub_download(GATED, "weights.gguf", endpoint=hub.emulator.hub_url, cache_dir=tmp_path / "a", token=False)
     local = huggingface_hub.hf_hub_download(GATED, "weights.gguf", endpoint=hub.emulator.hub_url, cache_dir=tmp_path / "b", token=TOKEN)
-    assert len(open(local, "rb").read()) == 1 << 20
+    assert Path(local).stat().st_size == 1 << 20
 
 
 def test_list_repo_tree_reads_the_emulated_tree(hub):
