@@ -79,7 +79,10 @@ def bench_size_gate(work: Path) -> None:
     ok = all(v.ok for v in verify_payload(manifest, str(dest)))
     read = after["read_bytes"] - before["read_bytes"]
     syscall_read = after["rchar"] - before["rchar"] - counter_cost
-    print(f"(a) size gate, {PARTS} files, {TOTAL:,} bytes: {elapsed * 1000:.2f} ms (goal < 50 ms); all ok: {ok}; file data read: {read} bytes from disk, {syscall_read} bytes via read() (goal 0)")
+    print(
+        f"(a) size gate, {PARTS} files, {TOTAL:,} bytes: {elapsed * 1000:.2f} ms (goal < 50 ms); all ok: {ok}; "
+        f"file data read: {read} bytes from disk, {syscall_read} bytes via read() (goal 0)"
+    )
 
 
 def bench_hash(big: Path, big2: Path) -> float:
