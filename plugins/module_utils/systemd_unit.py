@@ -1,0 +1,169 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Render a root systemd unit for a long-running engine, and its EnvironmentFile.
+
+The defaults survive the failures seen in production: the API server exits 0 on a worker fault,
+so `Restart=always` (not on-failure) with `StartLimitIntervalSec=0`; model loads take minutes, so a
+long `TimeoutStartSec`; pinned host memory needs `LimitMEMLOCK=infinity`; the engine is the last
+thing the OOM killer should pick (`OOMScoreAdjust=-500`).
+
+Quoting: ExecStart is rendered from an argv list with systemd's own rules (double quotes,
+backslash escapes, `$$` and `%%`), so no argument can split or expand. Environment values go to an
+EnvironmentFile in single quotes (`'` as `'\\''`), a form that both systemd and a shell that
+sources the file with `set -a` read back byte for byte and never execute.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+_SAFE_ARG_RE = re.compile(r"^[A-Za-z0-9_@%$+=:,./-]+$")
+
+
+class UnitError(ValueError):
+    """A unit or environment that cannot be rendered safely; names the field."""
+
+
+def quote_exec_arg(arg: str, field_name: str = "command") -> str:
+    """One argv element in systemd's command-line syntax."""
+    if not isinstance(arg, str):
+        raise UnitError(f"{field_name}: every argument must be a string, got {type(arg).__name__}")
+    if "\n" in arg or "\r" in arg or "\0" in arg:
+        raise UnitError(f"{field_name}: argument {arg!r} contains a newline or NUL")
+    # systemd expands $VAR/${VAR} and %-specifiers in command lines: double them to keep literals.
+    literal = arg.replace("%", "%%").replace("$", "$$")
+    # Prefix characters (-@:+!) only mean something on the executable, which must be absolute.
+    if literal and _SAFE_ARG_RE.match(literal):
+        return literal
+    escaped = literal.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def render_exec(argv: list[str], field_name: str = "command") -> str:
+    if not argv:
+        raise UnitError(f"{field_name}: give the command as a non-empty argv list")
+    if not argv[0].startswith("/"):
+        raise UnitError(f"{field_name}: the executable must be an absolute path, got {argv[0]!r}")
+    return " ".join(quote_exec_arg(arg, field_name) for arg in argv)
+
+
+def render_env_file(environment: dict[str, str]) -> str:
+    lines = ["# Managed by frank.llm_fleet.systemd_root_unit: values are single-quoted literals."]
+    for key in sorted(environment):
+        value = environment[key]
+        if not _ENV_KEY_RE.match(key):
+            raise UnitError(f"environment: {key!r} is not a valid variable name")
+        if not isinstance(value, str):
+            value = str(value)
+        if "\n" in value or "\r" in value or "\0" in value:
+            raise UnitError(f"environment.{key}: newlines and NUL are refused (they cannot round-trip an EnvironmentFile)")
+        lines.append(f"{key}='" + value.replace("'", "'\\''") + "'")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class UnitSpec:
+    name: str
+    command: list[str]
+    description: str = ""
+    stop_command: list[str] = field(default_factory=list)
+    pre_start: list[list[str]] = field(default_factory=list)
+    user: str = ""
+    group: str = ""
+    environment_file: str = ""
+    working_directory: str = ""
+    restart_sec: int = 5
+    timeout_start_sec: int = 900
+    timeout_stop_sec: int = 120
+    oom_score_adjust: int = -500
+    limit_memlock: str = "infinity"
+    limit_nofile: int | None = 65536
+    after: list[str] = field(default_factory=lambda: ["network-online.target"])
+    wants: list[str] = field(default_factory=lambda: ["network-online.target"])
+    kill_mode: str = "control-group"
+    extra_service: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not _UNIT_NAME_RE.match(self.name):
+            raise UnitError(f"name: {self.name!r} must be a unit name ending in .service")
+        for key, value in self.extra_service.items():
+            if "\n" in str(value) or not re.match(r"^[A-Za-z]+$", key):
+                raise UnitError(f"extra_service.{key}: invalid directive or value")
+
+
+def render_unit(spec: UnitSpec) -> str:
+    spec.validate()
+    lines = [
+        "# Managed by frank.llm_fleet.systemd_root_unit; local edits are replaced on the next deploy.",
+        "[Unit]",
+        f"Description={spec.description or spec.name}",
+    ]
+    if spec.after:
+        lines.append(f"After={' '.join(spec.after)}")
+    if spec.wants:
+        lines.append(f"Wants={' '.join(spec.wants)}")
+    lines += [
+        # Never give up restarting: a worker fault makes the API server exit 0.
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "Type=simple",
+    ]
+    if spec.user:
+        lines.append(f"User={spec.user}")
+    if spec.group:
+        lines.append(f"Group={spec.group}")
+    if spec.environment_file:
+        lines.append(f"EnvironmentFile={spec.environment_file}")
+    if spec.working_directory:
+        lines.append(f"WorkingDirectory={spec.working_directory}")
+    for index, argv in enumerate(spec.pre_start):
+        lines.append(f"ExecStartPre={render_exec(argv, f'pre_start[{index}]')}")
+    lines.append(f"ExecStart={render_exec(spec.command)}")
+    if spec.stop_command:
+        lines.append(f"ExecStop={render_exec(spec.stop_command, 'stop_command')}")
+    lines += [
+        "Restart=always",
+        f"RestartSec={spec.restart_sec}",
+        f"TimeoutStartSec={spec.timeout_start_sec}",
+        f"TimeoutStopSec={spec.timeout_stop_sec}",
+        f"KillMode={spec.kill_mode}",
+        f"OOMScoreAdjust={spec.oom_score_adjust}",
+        f"LimitMEMLOCK={spec.limit_memlock}",
+    ]
+    if spec.limit_nofile:
+        lines.append(f"LimitNOFILE={spec.limit_nofile}")
+    for key in sorted(spec.extra_service):
+        lines.append(f"{key}={spec.extra_service[key]}")
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    return "\n".join(lines)
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_atomically(path: str, content: str, mode: int = 0o644) -> None:
+    """Write via a temp file in the same directory and rename: never a half-written unit."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
