@@ -50,7 +50,7 @@ def timed(fn) -> float:
 
 
 def best(fn, runs: int = 3) -> float:
-    return min(timed(fn) for _ in range(runs))
+    return min(timed(fn) for _run in range(runs))
 
 
 def run(argv: list[str]) -> None:
@@ -101,7 +101,10 @@ def bench_hash(big: Path, big2: Path) -> float:
     manifest.files = [ManifestFile(big.name, size, sha), ManifestFile(big2.name, size, sha2)]
     (big.parent / ".llm-fleet-verified.json").unlink(missing_ok=True)
     parallel = best(two)
-    rate = lambda seconds, n=1: n * size / GIB / seconds  # noqa: E731
+
+    def rate(seconds: float, n: int = 1) -> float:
+        return n * size / GIB / seconds
+
     r_openssl = rate(openssl)
     print(
         f"(b) sha256 of {size / GIB:.0f} GiB: ours {rate(ours):.2f} GiB/s ({rate(ours) / r_openssl:.2f}x openssl, goal >= 0.95x), "
@@ -137,7 +140,10 @@ def bench_fetch(work: Path, big: Path) -> None:
             run(["openssl", "dgst", "-sha256", str(out)])
 
         t_ours, t_curl, t_two = best(ours), best(curl), best(curl_then_openssl)
-        rate = lambda seconds: size / GIB / seconds  # noqa: E731
+
+        def rate(seconds: float) -> float:
+            return size / GIB / seconds
+
         print(
             f"(c) loopback fetch of {size / GIB:.0f} GiB ({cdn_url.split('/lfs/')[0]}): ours fetch+verify {rate(t_ours):.2f} GiB/s "
             f"({t_curl / t_ours:.2f}x curl alone, goal >= 0.9x), curl alone {rate(t_curl):.2f} GiB/s, "

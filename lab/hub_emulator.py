@@ -385,8 +385,8 @@ class _HubHandler(BaseHTTPRequestHandler):
         wanted = self.headers.get("Range")
         if wanted:
             try:
-                unit, _, spec = wanted.partition("=")
-                first, _, last = spec.partition("-")
+                unit, _eq, spec = wanted.partition("=")
+                first, _dash, last = spec.partition("-")
                 if unit.strip() != "bytes":
                     raise ValueError(unit)
                 start = int(first)

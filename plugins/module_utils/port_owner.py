@@ -36,7 +36,7 @@ def parse_ss_listeners(text: str) -> list[Listener]:
         if len(fields) < 5 or fields[0] != "LISTEN":
             continue
         local = fields[3]
-        address, _, port = local.rpartition(":")
+        address, _colon, port = local.rpartition(":")
         if not port.isdigit():
             continue
         users = _USERS_RE.findall(line)
@@ -84,8 +84,8 @@ def unified_cgroup(text: str) -> str:
     """The process's cgroup path: the v2 line (0::), else the v1 name=systemd hierarchy."""
     fallback = ""
     for line in text.splitlines():
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
+        hierarchy, _sep, rest = line.partition(":")
+        controllers, _sep, path = rest.partition(":")
         if hierarchy == "0" and controllers == "":
             return path
         if controllers == "name=systemd":

@@ -269,7 +269,7 @@ def main() -> None:
     name = p["name"]
     unit_path = os.path.join(p["unit_dir"], name)
     env_path = os.path.join(p["env_dir"], name.rsplit(".", 1)[0] + ".env")
-    manager = UnitManager(lambda argv: module.run_command(argv))
+    manager = UnitManager(module.run_command)
     result: dict = {"changed": False, "unit_path": unit_path}
 
     def fail(msg: str, **extra) -> None:
@@ -329,7 +329,7 @@ def main() -> None:
         result["changed"] = content_changed or p["restart"]
         module.exit_json(elapsed=round(time.monotonic() - begun, 2), **result)
 
-    health = HealthSpec(**{k: v for k, v in p["health"].items()}) if p["health"] else None
+    health = HealthSpec(**p["health"]) if p["health"] else None
     try:
         if env_changed and env_text is not None:
             os.makedirs(p["env_dir"], mode=0o755, exist_ok=True)
