@@ -45,7 +45,7 @@ sanity: setup ## ansible-test sanity on the collection
 	@scripts/sanity.sh
 
 molecule: setup lab-up ## Molecule scenarios on real systemd container hosts
-	LAB_HOST_IMAGE=$$(lab/lab.sh image-ref host) molecule test --all
+	LAB_HOST_IMAGE=$$(lab/lab.sh image-ref host) LAB_ENGINE_IMAGE=$$(lab/lab.sh image-ref engine-llamacpp) molecule test --all
 
 build: setup ## build the collection tarball into build/
 	ansible-galaxy collection build --force --output-path build

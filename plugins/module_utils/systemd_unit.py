@@ -9,8 +9,10 @@ thing the OOM killer should pick (`OOMScoreAdjust=-500`).
 
 Quoting: ExecStart is rendered from an argv list with systemd's own rules (double quotes,
 backslash escapes, `$$` and `%%`), so no argument can split or expand. Environment values go to an
-EnvironmentFile in single quotes (`'` as `'\\''`), a form that both systemd and a shell that
-sources the file with `set -a` read back byte for byte and never execute.
+EnvironmentFile in double quotes with `"`, `\\`, `` ` `` and `$` backslash-escaped: the one form
+that systemd and a shell sourcing the file with `set -a` both read back byte for byte, and that
+neither expands nor executes. (Single quotes with `'\\''` are shell-only: systemd keeps the
+backslash.)
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from dataclasses import dataclass, field
 
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+# Inside double quotes both systemd's EnvironmentFile parser and a POSIX shell unescape exactly
+# these four after a backslash, and leave every other character literal.
+_ENV_NEED_ESCAPE = '"\\`$'
 _SAFE_ARG_RE = re.compile(r"^[A-Za-z0-9_@%$+=:,./-]+$")
 
 
@@ -53,7 +58,7 @@ def render_exec(argv: list[str], field_name: str = "command") -> str:
 
 
 def render_env_file(environment: dict[str, str]) -> str:
-    lines = ["# Managed by frank.llm_fleet.systemd_root_unit: values are single-quoted literals."]
+    lines = ["# Managed by frank.llm_fleet.systemd_root_unit: values are escaped double-quoted literals."]
     for key in sorted(environment):
         value = environment[key]
         if not _ENV_KEY_RE.match(key):
@@ -62,7 +67,8 @@ def render_env_file(environment: dict[str, str]) -> str:
             value = str(value)
         if "\n" in value or "\r" in value or "\0" in value:
             raise UnitError(f"environment.{key}: newlines and NUL are refused (they cannot round-trip an EnvironmentFile)")
-        lines.append(f"{key}='" + value.replace("'", "'\\''") + "'")
+        escaped = "".join("\\" + char if char in _ENV_NEED_ESCAPE else char for char in value)
+        lines.append(f'{key}="{escaped}"')
     return "\n".join(lines) + "\n"
 
 

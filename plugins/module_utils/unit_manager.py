@@ -14,10 +14,9 @@ Commands run through one `runner(argv) -> (rc, stdout, stderr)`, so tests can dr
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,14 +84,17 @@ def boottime() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET on the engine's own loopback port; (0, b"") when nothing answers."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status, response.read(1 << 20)
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(4096)
-    except (urllib.error.URLError, OSError):
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read(1 << 20)
+    except (OSError, http.client.HTTPException):
         return 0, b""
+    finally:
+        conn.close()
 
 
 class UnitManager:
@@ -218,11 +220,10 @@ class UnitManager:
         if owned is None:
             return waiting
         report.listener_pid, report.listener_cmdline, report.ownership = owned.pid, owned.cmdline, owned.reason
-        base = f"http://{health.host}:{health.port}"
-        status, _body = http_get(base + health.health_path)
+        status, _body = http_get(health.host, health.port, health.health_path)
         if status != 200:
             return f"{health.health_path} answered {status or 'nothing'}"
-        status, body = http_get(base + health.models_path)
+        status, body = http_get(health.host, health.port, health.models_path)
         if status != 200:
             return f"{health.models_path} answered {status or 'nothing'}"
         try:
