@@ -40,8 +40,14 @@ start_host() {
     local name=$1 ref
     ref=$(image_ref host)
     if [[ $(podman ps --filter "name=^$name\$" --filter "label=$LABEL=host" --format '{{.Names}}') == "$name" ]]; then
-        log "host $name is running"
-        return 0
+        local source
+        source=$(podman inspect "$name" --format '{{range .Mounts}}{{if eq .Destination "/srv/lab-models"}}{{.Source}}{{end}}{{end}}')
+        if [[ $source == "$MODEL_DIR" ]]; then
+            log "host $name is running"
+            return 0
+        fi
+        # Started from another checkout: its models mount points elsewhere.
+        log "host $name serves models from $source, not $MODEL_DIR: restarting it"
     fi
     # A stale lab host of that name (for example left by an earlier session) is ours to clear.
     if podman container exists "$name"; then
@@ -72,11 +78,15 @@ start_host() {
 load_engine_into() {
     local name=$1 ref
     ref=$(image_ref engine-llamacpp)
-    if podman exec "$name" podman image exists "$ref" 2>/dev/null; then
-        return 0
+    if ! podman exec "$name" podman image exists "$ref" 2>/dev/null; then
+        log "loading $ref into $name"
+        podman save "$ref" 2>/dev/null | podman exec -i "$name" podman load -q >/dev/null
     fi
-    log "loading $ref into $name"
-    podman save "$ref" 2>/dev/null | podman exec -i "$name" podman load -q >/dev/null
+    # The digest the host's store reports is what the lab inventory pins (save/load re-packs
+    # the image, so it differs from the controller's).
+    mkdir -p "$STATE_DIR/facts"
+    printf '%s\n' "$ref" >"$STATE_DIR/facts/engine-llamacpp.image"
+    podman exec "$name" podman image inspect "$ref" --format '{{.Digest}}' >"$STATE_DIR/facts/engine-llamacpp.digest"
 }
 
 cmd_images() {

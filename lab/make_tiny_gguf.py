@@ -9,6 +9,8 @@ shape. Head dims are multiples of 32 so quantised KV types (q8_0, q4_0: blocks o
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -140,7 +142,25 @@ def main(argv: list[str] | None = None) -> int:
             continue
         write_model(geometry, path)
         print(f"[lab] wrote {path} ({path.stat().st_size:,} bytes)", file=sys.stderr)
+    write_manifests(args.out_dir)
     return 0
+
+
+def write_manifests(out_dir: Path) -> None:
+    """A payload manifest per model (the format hf_payload_gate verifies), pinned to a content hash."""
+    for geometry in GEOMETRIES:
+        model = out_dir / f"{geometry.name}.gguf"
+        data = model.read_bytes()
+        manifest = {
+            "repo_id": f"lab/{geometry.name}",
+            "revision": hashlib.sha1(data).hexdigest(),
+            "repo_type": "model",
+            "files": [{"path": model.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "lfs": True}],
+        }
+        target = out_dir / f"{geometry.name}.manifest.json"
+        text = json.dumps(manifest, indent=2) + "\n"
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,13 @@
 #!/usr/bin/env bash
-# The main job on the built-in lab. Runs after `make setup lab-up` (the Makefile's demo target).
+# The main job on the built-in lab (run by `make demo` after `make setup lab-up`): deploy
+# frank-primary through every gate (budget ledger, payload, image digest, unit, health, a real
+# chat completion, last-known-good), then deploy again to show that a rerun changes nothing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-ansible-playbook playbooks/lab-check.yml
+echo "== deploy frank-primary on the lab"
+ansible-playbook playbooks/deploy-primary.yml
+echo "== deploy again: nothing may change"
+ansible-playbook playbooks/deploy-primary.yml | tee /tmp/llm-fleet-demo-rerun.log
+grep -E '^llm-fleet-lab-host1 +: .*changed=0 ' /tmp/llm-fleet-demo-rerun.log >/dev/null \
+    || { echo "demo: the rerun changed something" >&2; exit 1; }
+echo "== rerun reported changed=0"

@@ -115,7 +115,10 @@ def read_stamps(dest: str) -> dict[str, dict[str, object]]:
 
 
 def write_stamp(dest: str, relative: str, sha256: str) -> None:
-    """Record a verified file (atomically: temp file + rename)."""
+    """Record a verified file (atomically: temp file + rename). A read-only payload directory
+    gets no stamps: they only save a rehash, so verification goes on without them."""
+    if not os.access(dest, os.W_OK):
+        return
     info = os.stat(destination_path(dest, relative))
     with _stamp_lock:
         stamps = read_stamps(dest)

@@ -46,3 +46,8 @@ def test_svg_picture_has_one_bar_segment_per_term(tmp_path):
     assert [rect.find(f"{ns}title").text.split(":")[0] for rect in titled] == ["weights", "kv_pool", "graphs", "expert_arena", "non_torch"]
     heights = [float(rect.get("height")) for rect in titled]
     assert heights.index(max(heights)) == 3  # the arena is the largest term
+
+
+def test_generated_endpoint_roles_are_in_sync_with_their_generator():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_role_specs.py"), "--check"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr

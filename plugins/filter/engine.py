@@ -1,0 +1,36 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters over the core: a shape's engine argv, the client window, a parsed boot ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.boot_ledger import parse_boot_log
+from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import client_window
+from ansible_collections.frank.llm_fleet.plugins.module_utils.engine_argv import ArgvError, engine_argv
+
+
+def _engine_argv(shape: dict[str, Any], entry: list[str] | None = None) -> list[str]:
+    try:
+        return engine_argv(shape, entry)
+    except ArgvError as exc:
+        raise AnsibleFilterError(f"engine_argv: {exc}") from None
+
+
+def _client_window(ceiling: int, gap: int | None = None) -> dict[str, Any]:
+    try:
+        return client_window(int(ceiling), gap).as_dict()
+    except ValueError as exc:
+        raise AnsibleFilterError(f"client_window: {exc}") from None
+
+
+def _boot_ledger(text: str) -> dict[str, Any]:
+    return parse_boot_log(text).as_dict()
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"engine_argv": _engine_argv, "client_window": _client_window, "boot_ledger": _boot_ledger}

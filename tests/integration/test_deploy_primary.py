@@ -1,0 +1,109 @@
+"""deploy-primary.yml end to end on the lab host: gates, idempotence, refusals, rollback."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "llm-fleet-lab-host1"
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.lab
+
+
+def _env():
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(ROOT / "lab" / "containers.conf")),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+    }
+
+
+def _lab_host_running() -> bool:
+    if shutil.which("podman") is None:
+        return False
+    proc = subprocess.run(["podman", "ps", "--filter", f"name=^{HOST}$", "--format", "{{.Names}}"], capture_output=True, text=True, env=_env(), check=False)
+    return proc.stdout.strip() == HOST
+
+
+if not _lab_host_running():
+    pytest.skip("the lab host is not running (run `make lab-up`); CI starts it", allow_module_level=True)
+
+
+def deploy(tmp_path, *extra, shape=None):
+    argv = [str(BIN / "ansible-playbook"), "playbooks/deploy-primary.yml", *extra]
+    if shape is not None:
+        vars_file = tmp_path / "shape.yml"
+        vars_file.write_text(yaml.safe_dump({"frank_primary_shape": shape}))
+        argv += ["-e", f"@{vars_file}"]
+    env = {**_env(), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+    out = json.loads(proc.stdout[proc.stdout.index("{") :])
+    return proc.returncode, out["stats"][HOST], proc.stdout
+
+
+def on_host(*argv):
+    return subprocess.run(["podman", "exec", HOST, *argv], capture_output=True, text=True, env=_env(), check=True).stdout.strip()
+
+
+def main_pid():
+    return on_host("systemctl", "show", "-p", "MainPID", "--value", "frank-primary.service")
+
+
+def served():
+    return json.loads(on_host("curl", "-s", "http://127.0.0.1:7770/v1/models"))["data"][0]["id"]
+
+
+LAB_SHAPE = yaml.safe_load((ROOT / "inventories" / "lab" / "group_vars" / "frank_primary.yml").read_text())["frank_primary_shape"]
+
+
+def test_fresh_deploy_then_rerun_changes_nothing(tmp_path):
+    rc, stats, out = deploy(tmp_path)
+    assert rc == 0, out[-3000:]
+    assert served() == "frank-primary"
+    rc, stats, out = deploy(tmp_path)
+    assert rc == 0 and stats["changed"] == 0, out[-3000:]
+
+
+def test_check_mode_on_a_changed_shape_reports_and_changes_nothing(tmp_path):
+    unit_before = on_host("cat", "/etc/systemd/system/frank-primary.service")
+    pid = main_pid()
+    rc, stats, out = deploy(tmp_path, "--check", "--diff", shape={**LAB_SHAPE, "ctx_size": 4096})
+    assert rc == 0, out[-3000:]
+    assert stats["changed"] >= 1
+    assert on_host("cat", "/etc/systemd/system/frank-primary.service") == unit_before
+    assert main_pid() == pid
+
+
+def test_inventory_typo_fails_before_the_host_changes(tmp_path):
+    pid = main_pid()
+    rc, _stats, out = deploy(tmp_path, shape={**LAB_SHAPE, "ctx_sise": 4096})
+    assert rc != 0
+    assert "ctx_sise" in out
+    assert main_pid() == pid
+
+
+def test_over_budget_shape_is_refused_and_the_endpoint_keeps_serving(tmp_path):
+    pid = main_pid()
+    rc, _stats, out = deploy(tmp_path, shape={**LAB_SHAPE, "ctx_size": 8_388_608})
+    assert rc != 0
+    assert "shape does not fit" in out and "lab-cpu" in out and "MiB" in out
+    assert main_pid() == pid
+    assert served() == "frank-primary"
+
+
+def test_shape_failing_its_health_gate_is_rolled_back(tmp_path):
+    rc, _stats, out = deploy(tmp_path, shape={**LAB_SHAPE, "extra_args": ["--no-such-flag"]})
+    assert rc != 0
+    assert "the new shape failed" in out and "last-known-good shape is serving again" in out
+    assert "--no-such-flag" not in on_host("systemctl", "show", "-p", "ExecStart", "frank-primary.service")
+    assert served() == "frank-primary"
+    rc, stats, out = deploy(tmp_path)
+    assert rc == 0 and stats["changed"] == 0, out[-3000:]
