@@ -119,7 +119,7 @@ def render(role: str) -> dict[str, str]:
     tasks = [
         "---",
         f"- name: Deploy {name} through the shared gate sequence",
-        "  ansible.builtin.include_role:",
+        "  ansible.builtin.import_role:",
         "    name: frank.llm_fleet.endpoint",
         "  vars:",
     ]

@@ -556,8 +556,9 @@ def _price_vllm(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> B
         device.add("graphs", graphs)
         device.add("runtime_overhead", overhead)
         if shape.get("expert_offload") or arena is not None:
-            # The arena takes what remains of the budget unless it is declared.
-            remainder = max(budget - weights - device_pool - graphs - overhead, 0)
+            # The arena takes what remains of the utilization budget unless it is declared; vLLM
+            # counts non-torch memory inside that budget.
+            remainder = max(budget - weights - device_pool - graphs - overhead - non_torch, 0)
             device.add("expert_arena", arena if arena is not None else remainder, "declared" if arena is not None else "remainder of the budget")
         device.add("non_torch", non_torch)
     for index, extra in enumerate(shape.get("extra_terms") or []):
