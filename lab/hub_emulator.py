@@ -176,16 +176,15 @@ class HubEmulator:
         return repo
 
     def by_sha(self, sha: str) -> HubFile | None:
-        for repo in self.repos.values():
-            for hub_file in repo.files.values():
-                if hub_file.sha256 == sha:
-                    return hub_file
-        return None
+        return self._find(lambda hub_file: hub_file.sha256 == sha)
 
     def by_xet(self, xet: str) -> HubFile | None:
+        return self._find(lambda hub_file: hub_file.xet_hash == xet)
+
+    def _find(self, match) -> HubFile | None:
         for repo in self.repos.values():
             for hub_file in repo.files.values():
-                if hub_file.xet_hash == xet:
+                if match(hub_file):
                     return hub_file
         return None
 
@@ -312,9 +311,8 @@ class _HubHandler(BaseHTTPRequestHandler):
                     entries.setdefault(dir_path, {"type": "directory", "oid": git_blob_sha(dir_path.encode()), "size": 0, "path": dir_path})
                 if not recursive:
                     continue
-            entry = {"type": "file", "oid": hub_file.blob_sha, "size": hub_file.size if hub_file.kind == "git" else 134, "path": hub_file.path}
+            entry = {"type": "file", "oid": hub_file.blob_sha, "size": hub_file.size, "path": hub_file.path}
             if hub_file.kind != "git":
-                entry["size"] = hub_file.size
                 entry["lfs"] = {"oid": hub_file.sha256, "size": hub_file.size, "pointerSize": 134}
             if hub_file.kind == "xet":
                 entry["xetHash"] = hub_file.xet_hash
