@@ -47,8 +47,10 @@ sanity: setup ## ansible-test sanity on the collection
 molecule: setup lab-up ## Molecule scenarios on real systemd container hosts
 	LAB_HOST_IMAGE=$$(lab/lab.sh image-ref host) LAB_ENGINE_IMAGE=$$(lab/lab.sh image-ref engine-llamacpp) molecule test --all
 
-build: setup ## build the collection tarball into build/
+build: setup ## build the collection tarball into build/ and prove it installs
 	ansible-galaxy collection build --force --output-path build
+	tmp=$$(mktemp -d) && ANSIBLE_COLLECTIONS_PATH="$$tmp" ansible-galaxy collection install --force --offline --no-deps -p "$$tmp" build/frank-llm_fleet-*.tar.gz \
+		&& test -f "$$tmp/ansible_collections/frank/llm_fleet/plugins/modules/vram_budget.py" && rm -rf "$$tmp"
 
 test: lint unit integration sanity molecule build ## every check
 	@echo "make test: all checks passed"
