@@ -187,135 +187,49 @@ env_file:
   type: str
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
-from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import StepError, ensure_engine, remove_engine
 
-PODMAN = "/usr/bin/podman"
-ENGINE_KEYS = (
-    "name",
-    "image",
-    "digest",
-    "command",
-    "entrypoint",
-    "model_dir",
-    "model_mount",
-    "cache_dir",
-    "cache_mount",
-    "gpu_vendor",
-    "gpu_devices",
-    "network",
-    "publish",
-    "ipc",
-    "shm_size",
-    "ulimits",
-    "runtime",
-    "cgroups",
-    "stop_timeout",
-    "extra_args",
-    "labels",
-)
-
-
-def _inspect(module: AnsibleModule, image: str) -> list | None:
-    rc, out, _err = module.run_command([PODMAN, "image", "inspect", image])
-    if rc != 0:
-        return None
-    try:
-        return json.loads(out)
-    except ValueError:
-        return None
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "image": {"type": "str", "required": True},
+    "digest": {"type": "str", "required": True},
+    "command": {"type": "list", "elements": "str", "default": []},
+    "entrypoint": {"type": "str"},
+    "model_dir": {"type": "path"},
+    "model_mount": {"type": "str", "default": "/models"},
+    "cache_dir": {"type": "path"},
+    "cache_mount": {"type": "str", "default": "/cache"},
+    "gpu_vendor": {"type": "str", "choices": ["amd", "nvidia", "none"], "default": "none"},
+    "gpu_devices": {"type": "list", "elements": "str", "default": []},
+    "network": {"type": "str", "default": "host"},
+    "publish": {"type": "list", "elements": "str", "default": []},
+    "ipc": {"type": "str", "default": "host"},
+    "shm_size": {"type": "str", "default": ""},
+    "ulimits": {"type": "list", "elements": "str", "default": []},
+    "environment": {"type": "dict", "default": {}},
+    "secret_environment": {"type": "dict", "default": {}, "no_log": True},
+    "runtime": {"type": "str", "default": ""},
+    "cgroups": {"type": "str", "default": ""},
+    "stop_timeout": {"type": "int", "default": 30},
+    "extra_args": {"type": "list", "elements": "str", "default": []},
+    "labels": {"type": "dict", "default": {}},
+    "env_file": {"type": "path"},
+    "pull": {"type": "str", "choices": ["never", "missing"], "default": "never"},
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "image": {"type": "str", "required": True},
-            "digest": {"type": "str", "required": True},
-            "command": {"type": "list", "elements": "str", "default": []},
-            "entrypoint": {"type": "str"},
-            "model_dir": {"type": "path"},
-            "model_mount": {"type": "str", "default": "/models"},
-            "cache_dir": {"type": "path"},
-            "cache_mount": {"type": "str", "default": "/cache"},
-            "gpu_vendor": {"type": "str", "choices": ["amd", "nvidia", "none"], "default": "none"},
-            "gpu_devices": {"type": "list", "elements": "str", "default": []},
-            "network": {"type": "str", "default": "host"},
-            "publish": {"type": "list", "elements": "str", "default": []},
-            "ipc": {"type": "str", "default": "host"},
-            "shm_size": {"type": "str", "default": ""},
-            "ulimits": {"type": "list", "elements": "str", "default": []},
-            "environment": {"type": "dict", "default": {}},
-            "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-            "runtime": {"type": "str", "default": ""},
-            "cgroups": {"type": "str", "default": ""},
-            "stop_timeout": {"type": "int", "default": 30},
-            "extra_args": {"type": "list", "elements": "str", "default": []},
-            "labels": {"type": "dict", "default": {}},
-            "env_file": {"type": "path"},
-            "pull": {"type": "str", "choices": ["never", "missing"], "default": "never"},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    env_file = p["env_file"] or f"/etc/llm-fleet/{p['name']}.podman.env"
-    result: dict = {"changed": False}
-
-    if p["state"] == "absent":
-        exists = module.run_command([PODMAN, "container", "exists", p["name"]])[0] == 0
-        has_env = os.path.exists(env_file)
-        result["changed"] = exists or has_env
-        if not module.check_mode:
-            if exists:
-                rc, _out, err = module.run_command([PODMAN, "rm", "--force", "--ignore", "--time", str(p["stop_timeout"]), p["name"]])
-                if rc != 0:
-                    module.fail_json(msg=f"podman rm {p['name']} failed: {err.strip()}", **result)
-            if has_env:
-                os.unlink(env_file)
-        module.exit_json(**result)
-
-    environment = {**p["environment"], **p["secret_environment"]}
-    engine = EngineContainer(**{key: p[key] for key in ENGINE_KEYS if p[key] is not None}, environment={k: str(v) for k, v in environment.items()})
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        engine.validate()
-        env_text = render_podman_env_file(engine.environment) if environment else None
-    except EngineError as exc:
-        module.fail_json(msg=str(exc))
-
-    inspect = _inspect(module, p["image"])
-    if inspect is None and p["pull"] == "missing" and not module.check_mode:
-        rc, _out, err = module.run_command([PODMAN, "pull", engine.image_ref])
-        if rc != 0:
-            module.fail_json(msg=f"image {p['image']} is missing and pulling {engine.image_ref} failed: {err.strip()}")
-        result["changed"] = True
-        inspect = _inspect(module, engine.image_ref)
-    ok, verdict = digest_verdict(inspect, p["image"], p["digest"])
-    result["image"] = verdict
-    if not ok:
-        module.fail_json(msg=verdict, expected_digest=p["digest"], **result)
-
-    if env_text is not None:
-        result["env_file"] = env_file
-        before = read_text(env_file)
-        if before != env_text:
-            result["changed"] = True
-            if module._diff:
-                result["diff"] = {"before": f"{env_file}: {'absent' if before is None else 'present'}\n", "after": f"{env_file}: rendered (values hidden)\n"}
-            if not module.check_mode:
-                os.makedirs(os.path.dirname(env_file), mode=0o755, exist_ok=True)
-                write_atomically(env_file, env_text, 0o600)
-    result.update(
-        run_argv=engine.run_argv(env_file if env_text is not None else None),
-        stop_argv=engine.stop_argv(),
-        cleanup_argv=engine.cleanup_argv(),
-        config_hash=engine.config_hash(),
-    )
+        if module.params["state"] == "absent":
+            result = remove_engine(module.params, module.run_command, module.check_mode)
+        else:
+            result = ensure_engine(module.params, module.run_command, module.check_mode, module._diff)
+    except StepError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
     module.exit_json(**result)
 
 

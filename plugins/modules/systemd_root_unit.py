@@ -211,168 +211,58 @@ elapsed:
   type: float
 """
 
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import (
-    UnitError,
-    UnitSpec,
-    read_text,
-    render_env_file,
-    render_unit,
-    write_atomically,
-)
-from ansible_collections.frank.llm_fleet.plugins.module_utils.unit_manager import GateError, HealthSpec, UnitManager, boottime
+from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import StepError, ensure_unit, remove_unit
+
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "command": {"type": "list", "elements": "str"},
+    "stop_command": {"type": "list", "elements": "str"},
+    "pre_start": {"type": "list", "elements": "list", "default": []},
+    "description": {"type": "str", "default": ""},
+    "user": {"type": "str", "default": ""},
+    "group": {"type": "str", "default": ""},
+    "environment": {"type": "dict", "default": {}},
+    "secret_environment": {"type": "dict", "default": {}, "no_log": True},
+    "working_directory": {"type": "str", "default": ""},
+    "restart_sec": {"type": "int", "default": 5},
+    "timeout_start_sec": {"type": "int", "default": 900},
+    "timeout_stop_sec": {"type": "int", "default": 120},
+    "extra_service": {"type": "dict", "default": {}},
+    "state": {"type": "str", "choices": ["started", "stopped", "absent"], "default": "started"},
+    "enabled": {"type": "bool", "default": True},
+    "restart": {"type": "bool", "default": False},
+    "health": {
+        "type": "dict",
+        "options": {
+            "port": {"type": "int", "required": True},
+            "host": {"type": "str", "default": "127.0.0.1"},
+            "served_id": {"type": "str", "default": ""},
+            "container": {"type": "str", "default": ""},
+            "timeout": {"type": "int", "default": 300},
+            "allowed_restarts": {"type": "int", "default": 0},
+        },
+    },
+    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+    "env_dir": {"type": "path", "default": "/etc/llm-fleet"},
+}
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "command": {"type": "list", "elements": "str"},
-            "stop_command": {"type": "list", "elements": "str"},
-            "pre_start": {"type": "list", "elements": "list", "default": []},
-            "description": {"type": "str", "default": ""},
-            "user": {"type": "str", "default": ""},
-            "group": {"type": "str", "default": ""},
-            "environment": {"type": "dict", "default": {}},
-            "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-            "working_directory": {"type": "str", "default": ""},
-            "restart_sec": {"type": "int", "default": 5},
-            "timeout_start_sec": {"type": "int", "default": 900},
-            "timeout_stop_sec": {"type": "int", "default": 120},
-            "extra_service": {"type": "dict", "default": {}},
-            "state": {"type": "str", "choices": ["started", "stopped", "absent"], "default": "started"},
-            "enabled": {"type": "bool", "default": True},
-            "restart": {"type": "bool", "default": False},
-            "health": {
-                "type": "dict",
-                "options": {
-                    "port": {"type": "int", "required": True},
-                    "host": {"type": "str", "default": "127.0.0.1"},
-                    "served_id": {"type": "str", "default": ""},
-                    "container": {"type": "str", "default": ""},
-                    "timeout": {"type": "int", "default": 300},
-                    "allowed_restarts": {"type": "int", "default": 0},
-                },
-            },
-            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-            "env_dir": {"type": "path", "default": "/etc/llm-fleet"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "started", ["command"]), ("state", "stopped", ["command"])],
         supports_check_mode=True,
     )
-    begun = time.monotonic()
-    p = module.params
-    name = p["name"]
-    unit_path = os.path.join(p["unit_dir"], name)
-    env_path = os.path.join(p["env_dir"], name.rsplit(".", 1)[0] + ".env")
-    manager = UnitManager(module.run_command)
-    result: dict = {"changed": False, "unit_path": unit_path}
-
-    def fail(msg: str, **extra) -> None:
-        module.fail_json(msg=msg, elapsed=round(time.monotonic() - begun, 2), **{**result, **extra})
-
-    if p["state"] == "absent":
-        before = read_text(unit_path)
-        env_before = read_text(env_path)
-        if before is not None or env_before is not None:
-            result["changed"] = True
-            result["diff"] = {"before": before or "", "after": "", "before_header": unit_path}
-            if not module.check_mode:
-                props = manager.show(name)
-                if props.get("ActiveState") not in ("inactive", "failed", None):
-                    manager.systemctl("stop", name)
-                if props.get("UnitFileState") == "enabled":
-                    manager.systemctl("disable", name)
-                for path in (unit_path, env_path):
-                    if os.path.exists(path):
-                        os.unlink(path)
-                manager.daemon_reload()
-        module.exit_json(elapsed=round(time.monotonic() - begun, 2), **result)
-
-    environment = {**p["environment"], **p["secret_environment"]}
     try:
-        env_text = render_env_file({k: str(v) for k, v in environment.items()}) if environment else None
-        spec = UnitSpec(
-            name=name,
-            command=p["command"],
-            description=p["description"],
-            stop_command=p["stop_command"] or [],
-            pre_start=p["pre_start"],
-            user=p["user"],
-            group=p["group"],
-            environment_file=env_path if env_text else "",
-            working_directory=p["working_directory"],
-            restart_sec=p["restart_sec"],
-            timeout_start_sec=p["timeout_start_sec"],
-            timeout_stop_sec=p["timeout_stop_sec"],
-            extra_service={k: str(v) for k, v in p["extra_service"].items()},
-        )
-        unit_text = render_unit(spec)
-    except UnitError as exc:
-        fail(str(exc))
-
-    unit_before = read_text(unit_path)
-    env_before = read_text(env_path) if env_text else None
-    unit_changed = unit_before != unit_text
-    env_changed = env_text is not None and env_before != env_text
-    content_changed = unit_changed or env_changed
-    if unit_changed:
-        result["diff"] = {"before": unit_before or "", "after": unit_text, "before_header": unit_path, "after_header": unit_path}
-    if env_text:
-        result["env_path"] = env_path
-        result["env_changed"] = env_changed  # the values themselves are never returned
-    if module.check_mode:
-        result["changed"] = content_changed or p["restart"]
-        module.exit_json(elapsed=round(time.monotonic() - begun, 2), **result)
-
-    health = HealthSpec(**p["health"]) if p["health"] else None
-    try:
-        if env_changed and env_text is not None:
-            os.makedirs(p["env_dir"], mode=0o755, exist_ok=True)
-            write_atomically(env_path, env_text, 0o600 if p["secret_environment"] else 0o640)
-        if unit_changed:
-            write_atomically(unit_path, unit_text, 0o644)
-        if content_changed:
-            manager.daemon_reload()
-            result["changed"] = True
-        props = manager.show(name)
-        if p["enabled"] and props.get("UnitFileState") != "enabled":
-            manager.systemctl("enable", name)
-            result["changed"] = True
-        elif not p["enabled"] and props.get("UnitFileState") == "enabled":
-            manager.systemctl("disable", name)
-            result["changed"] = True
-
-        if p["state"] == "stopped":
-            if props.get("ActiveState") not in ("inactive", "failed"):
-                manager.systemctl("stop", name)
-                result["changed"] = True
-            module.exit_json(elapsed=round(time.monotonic() - begun, 2), **result)
-
-        running = props.get("ActiveState") == "active"
-        if content_changed or p["restart"] or not running:
-            manager.stop_previous(name, health)
-            if health:
-                manager.port_gate(name, health)
-            restarts_before = int(manager.show(name).get("NRestarts", "0") or 0)
-            started_at = boottime()
-            manager.systemctl("start", name)
-            result["changed"] = True
+        if module.params["state"] == "absent":
+            result = remove_unit(module.params, module.run_command, module.check_mode)
         else:
-            restarts_before = int(props.get("NRestarts", "0") or 0)
-            started_at = None  # unchanged and running: the listener may be as old as the unit
-        if health:
-            report = manager.wait_healthy(name, health, started_at if started_at is not None else 0.0, restarts_before)
-            result["health"] = report.as_dict()
-        final = manager.show(name)
-        result.update(main_pid=int(final.get("MainPID", 0) or 0), n_restarts=int(final.get("NRestarts", 0) or 0), active_state=final.get("ActiveState", ""))
-    except GateError as exc:
-        fail(str(exc), **exc.details)
-    module.exit_json(elapsed=round(time.monotonic() - begun, 2), **result)
+            result = ensure_unit(module.params, module.run_command, module.check_mode, module._diff)
+    except StepError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

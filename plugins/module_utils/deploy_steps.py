@@ -1,0 +1,310 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The host-side deploy steps, shared by the podman_engine, systemd_root_unit and endpoint_deploy
+modules: ensure an engine container's description and env file, ensure a root unit (render,
+install, start, health gate). Each returns the result a module reports; commands run through one
+`runner(argv) -> (rc, stdout, stderr)`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+from typing import Any
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.podman_engine import (
+    EngineContainer,
+    EngineError,
+    digest_verdict,
+    render_podman_env_file,
+)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import (
+    UnitError,
+    UnitSpec,
+    read_text,
+    render_env_file,
+    render_unit,
+    write_atomically,
+)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.unit_manager import (
+    PODMAN,
+    GateError,
+    HealthSpec,
+    Runner,
+    UnitManager,
+    boottime,
+)
+
+ENGINE_KEYS = (
+    "name",
+    "image",
+    "digest",
+    "command",
+    "entrypoint",
+    "model_dir",
+    "model_mount",
+    "cache_dir",
+    "cache_mount",
+    "gpu_vendor",
+    "gpu_devices",
+    "network",
+    "publish",
+    "ipc",
+    "shm_size",
+    "ulimits",
+    "runtime",
+    "cgroups",
+    "stop_timeout",
+    "extra_args",
+    "labels",
+)
+
+
+class StepError(RuntimeError):
+    """A step refused; `result` holds what the module reports with the failure."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def ensure_engine(params: dict[str, Any], run: Runner, check_mode: bool, diff: bool) -> dict[str, Any]:
+    """podman_engine's work: image digest gate, env file, the unit's argv (state present)."""
+    env_file = params.get("env_file") or f"/etc/llm-fleet/{params['name']}.podman.env"
+    result: dict[str, Any] = {"changed": False}
+    environment = {k: str(v) for k, v in {**(params.get("environment") or {}), **(params.get("secret_environment") or {})}.items()}
+    engine = EngineContainer(**{key: params[key] for key in ENGINE_KEYS if params.get(key) is not None}, environment=environment)
+    try:
+        engine.validate()
+        env_text = render_podman_env_file(environment) if environment else None
+    except EngineError as exc:
+        raise StepError(str(exc), result) from None
+
+    inspect = _image_inspect(run, params["image"])
+    if inspect is None and params.get("pull") == "missing" and not check_mode:
+        rc, _out, err = run([PODMAN, "pull", engine.image_ref])
+        if rc != 0:
+            raise StepError(f"image {params['image']} is missing and pulling {engine.image_ref} failed: {err.strip()}", result)
+        result["changed"] = True
+        inspect = _image_inspect(run, engine.image_ref)
+    ok, verdict = digest_verdict(inspect, params["image"], params["digest"])
+    result["image"] = verdict
+    if not ok:
+        raise StepError(verdict, {**result, "expected_digest": params["digest"]})
+
+    if env_text is not None:
+        result["env_file"] = env_file
+        before = read_text(env_file)
+        if before != env_text:
+            result["changed"] = True
+            if diff:
+                result["diff"] = {"before": f"{env_file}: {'absent' if before is None else 'present'}\n", "after": f"{env_file}: rendered (values hidden)\n"}
+            if not check_mode:
+                os.makedirs(os.path.dirname(env_file), mode=0o755, exist_ok=True)
+                write_atomically(env_file, env_text, 0o600)
+    cache_dir = params.get("cache_dir")
+    if cache_dir and not os.path.isdir(cache_dir):
+        result["changed"] = True
+        if not check_mode:
+            os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+    result.update(
+        run_argv=engine.run_argv(env_file if env_text is not None else None),
+        stop_argv=engine.stop_argv(),
+        cleanup_argv=engine.cleanup_argv(),
+        config_hash=engine.config_hash(),
+    )
+    return result
+
+
+def _image_inspect(run: Runner, image: str) -> list[Any] | None:
+    rc, out, _err = run([PODMAN, "image", "inspect", image])
+    if rc != 0:
+        return None
+    try:
+        return json.loads(out)
+    except ValueError:
+        return None
+
+
+def remove_engine(params: dict[str, Any], run: Runner, check_mode: bool) -> dict[str, Any]:
+    """podman_engine state=absent: only this container (by exact name) and its env file."""
+    env_file = params.get("env_file") or f"/etc/llm-fleet/{params['name']}.podman.env"
+    exists = run([PODMAN, "container", "exists", params["name"]])[0] == 0
+    has_env = os.path.exists(env_file)
+    result = {"changed": exists or has_env}
+    if not check_mode:
+        if exists:
+            rc, _out, err = run([PODMAN, "rm", "--force", "--ignore", "--time", str(params.get("stop_timeout", 30)), params["name"]])
+            if rc != 0:
+                raise StepError(f"podman rm {params['name']} failed: {err.strip()}", result)
+        if has_env:
+            os.unlink(env_file)
+    return result
+
+
+def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: bool) -> dict[str, Any]:
+    """systemd_root_unit's work for state started/stopped: render, install, (re)start, health gate."""
+    begun = time.monotonic()
+    name = params["name"]
+    unit_path = os.path.join(params.get("unit_dir") or "/etc/systemd/system", name)
+    env_dir = params.get("env_dir") or "/etc/llm-fleet"
+    env_path = os.path.join(env_dir, name.rsplit(".", 1)[0] + ".env")
+    manager = UnitManager(run)
+    result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
+
+    def elapsed() -> float:
+        return round(time.monotonic() - begun, 2)
+
+    secret = params.get("secret_environment") or {}
+    environment = {k: str(v) for k, v in {**(params.get("environment") or {}), **secret}.items()}
+    try:
+        env_text = render_env_file(environment) if environment else None
+        spec = UnitSpec(
+            name=name,
+            command=list(params["command"]),
+            description=params.get("description") or "",
+            stop_command=list(params.get("stop_command") or []),
+            pre_start=[list(argv) for argv in params.get("pre_start") or []],
+            user=params.get("user") or "",
+            group=params.get("group") or "",
+            environment_file=env_path if env_text else "",
+            working_directory=params.get("working_directory") or "",
+            restart_sec=int(params.get("restart_sec", 5)),
+            timeout_start_sec=int(params.get("timeout_start_sec", 900)),
+            timeout_stop_sec=int(params.get("timeout_stop_sec", 120)),
+            extra_service={k: str(v) for k, v in (params.get("extra_service") or {}).items()},
+        )
+        unit_text = render_unit(spec)
+    except (UnitError, KeyError, TypeError, ValueError) as exc:
+        raise StepError(str(exc), {**result, "elapsed": elapsed()}) from None
+
+    unit_before = read_text(unit_path)
+    env_before = read_text(env_path) if env_text else None
+    unit_changed = unit_before != unit_text
+    env_changed = env_text is not None and env_before != env_text
+    content_changed = unit_changed or env_changed
+    if unit_changed and diff:
+        result["diff"] = {"before": unit_before or "", "after": unit_text, "before_header": unit_path, "after_header": unit_path}
+    if env_text:
+        result["env_path"] = env_path
+        result["env_changed"] = env_changed  # the values themselves are never returned
+    restart = bool(params.get("restart"))
+    if check_mode:
+        result["changed"] = content_changed or restart
+        result["elapsed"] = elapsed()
+        return result
+
+    health_params = params.get("health")
+    health = _health_spec(health_params) if health_params else None
+    try:
+        if env_changed and env_text is not None:
+            os.makedirs(env_dir, mode=0o755, exist_ok=True)
+            write_atomically(env_path, env_text, 0o600 if secret else 0o640)
+        if unit_changed:
+            write_atomically(unit_path, unit_text, 0o644)
+        if content_changed:
+            manager.daemon_reload()
+            result["changed"] = True
+        props = manager.show(name)
+        enabled = params.get("enabled", True)
+        if enabled and props.get("UnitFileState") != "enabled":
+            manager.systemctl("enable", name)
+            result["changed"] = True
+        elif not enabled and props.get("UnitFileState") == "enabled":
+            manager.systemctl("disable", name)
+            result["changed"] = True
+
+        if params.get("state", "started") == "stopped":
+            if props.get("ActiveState") not in ("inactive", "failed"):
+                manager.systemctl("stop", name)
+                result["changed"] = True
+            result["elapsed"] = elapsed()
+            return result
+
+        started_at = None
+        if content_changed or restart or props.get("ActiveState") != "active":
+            manager.stop_previous(name, health)
+            if health:
+                manager.port_gate(name, health)
+            restarts_before = int(manager.show(name).get("NRestarts", "0") or 0)
+            started_at = boottime()
+            manager.systemctl("start", name)
+            result["changed"] = True
+        else:
+            restarts_before = int(props.get("NRestarts", "0") or 0)  # unchanged and running
+        if health:
+            result["health"] = manager.wait_healthy(name, health, started_at or 0.0, restarts_before).as_dict()
+        final = manager.show(name)
+        result.update(main_pid=int(final.get("MainPID", 0) or 0), n_restarts=int(final.get("NRestarts", 0) or 0), active_state=final.get("ActiveState", ""))
+    except GateError as exc:
+        raise StepError(str(exc), {**result, **exc.details, "elapsed": elapsed()}) from None
+    result["elapsed"] = elapsed()
+    return result
+
+
+def _health_spec(params: dict[str, Any]) -> HealthSpec:
+    """Health options as given by a module or a role (templated values may arrive as strings)."""
+    given = {k: v for k, v in params.items() if v is not None}
+    try:
+        return HealthSpec(
+            port=int(given["port"]),
+            host=str(given.get("host", "127.0.0.1")),
+            served_id=str(given.get("served_id", "")),
+            container=str(given.get("container", "")),
+            timeout=float(given.get("timeout", 300)),
+            allowed_restarts=int(given.get("allowed_restarts", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StepError(f"health: needs a numeric port, timeout and allowed_restarts ({exc})", {}) from None
+
+
+def remove_unit(params: dict[str, Any], run: Runner, check_mode: bool) -> dict[str, Any]:
+    """systemd_root_unit state=absent: stop, disable and remove the unit and its env file."""
+    name = params["name"]
+    unit_path = os.path.join(params.get("unit_dir") or "/etc/systemd/system", name)
+    env_path = os.path.join(params.get("env_dir") or "/etc/llm-fleet", name.rsplit(".", 1)[0] + ".env")
+    manager = UnitManager(run)
+    result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
+    before = read_text(unit_path)
+    if before is None and read_text(env_path) is None:
+        return result
+    result["changed"] = True
+    result["diff"] = {"before": before or "", "after": "", "before_header": unit_path}
+    if not check_mode:
+        props = manager.show(name)
+        if props.get("ActiveState") not in ("inactive", "failed", None):
+            manager.systemctl("stop", name)
+        if props.get("UnitFileState") == "enabled":
+            manager.systemctl("disable", name)
+        for path in (unit_path, env_path):
+            if os.path.exists(path):
+                os.unlink(path)
+        manager.daemon_reload()
+    return result
+
+
+def chat_probe(host: str, port: int, served_id: str, prompt: str, max_tokens: int, timeout: float = 120.0) -> str:
+    """The smoke probe: a chat completion must answer with at least one completion token."""
+    body = json.dumps({"model": served_id, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0})
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read(1 << 20)
+    except (OSError, http.client.HTTPException) as exc:
+        raise StepError(f"smoke probe: no answer from {host}:{port}: {exc}", {}) from None
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise StepError(f"smoke probe: HTTP {response.status}: {raw[:300].decode('utf-8', 'replace')}", {})
+    try:
+        answer = json.loads(raw)
+        content = answer["choices"][0]["message"].get("content") or ""
+        tokens = int(answer.get("usage", {}).get("completion_tokens", 0))
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise StepError("smoke probe: the answer is not a chat completion", {}) from None
+    if tokens <= 0:
+        raise StepError("smoke probe: the completion is empty (0 completion tokens)", {})
+    return content

@@ -1,0 +1,129 @@
+#!/usr/bin/python
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: endpoint_deploy
+short_description: Deploy one endpoint on its host in one call, with automatic rollback to the last-known-good shape
+version_added: 0.1.0
+description:
+  - Runs the host side of an endpoint deploy as one module call - the engine container (what
+    M(frank.llm_fleet.podman_engine) does, when O(engine) is given), the root unit with its port
+    and health gates (what M(frank.llm_fleet.systemd_root_unit) does), a smoke probe (a chat
+    completion must answer with at least one token) and the last-known-good record
+    (C(RECORD_DIR/last-good.json) - shape, engine and unit arguments, never secrets).
+  - When a step fails after the host changed and a last-known-good record exists, that shape is
+    brought up again through the same gates and the task fails saying the new shape failed, why,
+    and that the old one is serving again.
+  - O(restore=true) brings the last-known-good shape up on demand.
+author:
+  - frank.llm_fleet maintainers (@frank-ops)
+extends_documentation_fragment:
+  - frank.llm_fleet.attributes.CHANGES_HOST
+options:
+  engine:
+    description: The engine container, as M(frank.llm_fleet.podman_engine)'s options. Omit for a native engine.
+    type: dict
+  unit:
+    description:
+      - The unit, as M(frank.llm_fleet.systemd_root_unit)'s options (with C(health)). With O(engine),
+        C(command) and C(stop_command) come from the container.
+    type: dict
+    required: true
+  secret_environment:
+    description: Secret environment for the engine (the container's env file or the unit's). Never logged or recorded.
+    type: dict
+    default: {}
+  probe:
+    description: The smoke probe - C(host), C(port), C(served_id), C(prompt), C(max_tokens).
+    type: dict
+  shape:
+    description: The shape, kept in the record for the operator and the runbooks.
+    type: dict
+    default: {}
+  record_dir:
+    description: Directory of the last-known-good record.
+    type: path
+    required: true
+  rollback:
+    description: Restore the last-known-good shape when the new one fails.
+    type: bool
+    default: true
+  restore:
+    description: Only bring the last-known-good shape up again.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Deploy frank-primary (container) in one call
+  frank.llm_fleet.endpoint_deploy:
+    engine: "{{ frank_primary_engine_args }}"
+    unit:
+      name: frank-primary.service
+      health: {port: 7770, served_id: frank-primary, container: frank-primary}
+    probe: {host: 127.0.0.1, port: 7770, served_id: frank-primary, prompt: Say hello., max_tokens: 8}
+    record_dir: /var/lib/llm-fleet/frank-primary
+
+- name: Roll frank-primary back to its last-known-good shape
+  frank.llm_fleet.endpoint_deploy:
+    unit: {name: frank-primary.service}
+    record_dir: /var/lib/llm-fleet/frank-primary
+    restore: true
+"""
+
+RETURN = r"""
+engine:
+  description: What the engine step reported (run_argv, config_hash, image verdict).
+  returned: when engine is given
+  type: dict
+unit:
+  description: What the unit step reported (unit_path, main_pid, n_restarts, active_state, health, elapsed).
+  returned: always
+  type: dict
+completion:
+  description: The smoke probe's answer.
+  returned: when probe is given and not in check mode
+  type: str
+record:
+  description: Path of the last-known-good record.
+  returned: always
+  type: str
+rolled_back:
+  description: Whether the last-known-good shape was restored after a failure.
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.endpoint_deploy import deploy_endpoint
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "engine": {"type": "dict"},
+            "unit": {"type": "dict", "required": True},
+            "secret_environment": {"type": "dict", "default": {}, "no_log": True},
+            "probe": {"type": "dict"},
+            "shape": {"type": "dict", "default": {}},
+            "record_dir": {"type": "path", "required": True},
+            "rollback": {"type": "bool", "default": True},
+            "restore": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        result = deploy_endpoint(module.params, module.run_command, module.check_mode, module._diff)
+    except StepError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
