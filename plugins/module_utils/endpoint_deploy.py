@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import (
     StepError,
     chat_probe,
@@ -21,9 +22,10 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps impor
     ensure_unit,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import read_text, write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.unit_manager import Runner
+from ansible_collections.frank.llm_fleet.plugins.module_utils.unit_manager import JOURNALCTL, SYSTEMCTL, Runner
 
 RECORD_FILE = "last-good.json"
+LEDGER_FILE = "boot-ledger.json"
 
 
 def _without_secrets(params: dict[str, Any] | None) -> dict[str, Any]:
@@ -92,6 +94,9 @@ def deploy_endpoint(params: dict[str, Any], run: Runner, check_mode: bool, diff:
         ) from None
 
     changed = bool(engine_result.get("changed") or unit_result.get("changed"))
+    ledger = None
+    if unit_result.get("changed") and not check_mode:
+        ledger = _record_boot_ledger(run, unit["name"], record_dir, record["shape"])
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     if text != previous_text:
         changed = True
@@ -101,6 +106,21 @@ def deploy_endpoint(params: dict[str, Any], run: Runner, check_mode: bool, diff:
     result: dict[str, Any] = {"changed": changed, "engine": engine_result, "unit": unit_result, "record": record_path, "rolled_back": False}
     if completion is not None:
         result["completion"] = completion
+    if ledger is not None:
+        result["boot_ledger"] = ledger
     if diff and unit_result.get("diff"):
         result["diff"] = unit_result["diff"]
     return result
+
+
+def _record_boot_ledger(run: Runner, unit: str, record_dir: str, shape: dict[str, Any]) -> dict[str, Any]:
+    """After a (re)start: the memory facts the engine printed while booting, kept beside the
+    record as calibration (measured beats any formula for this geometry)."""
+    # Only this start's lines: the unit's current invocation.
+    _rc, invocation, _err = run([SYSTEMCTL, "show", unit, "--property=InvocationID", "--value"])
+    match = [f"_SYSTEMD_INVOCATION_ID={invocation.strip()}"] if invocation.strip() else ["--unit", unit]
+    _rc, out, _err = run([JOURNALCTL, *match, "--output", "cat", "--lines", "5000", "--no-pager"])
+    ledger = parse_boot_log(out).as_dict()
+    os.makedirs(record_dir, mode=0o700, exist_ok=True)
+    write_atomically(os.path.join(record_dir, LEDGER_FILE), json.dumps({"shape": shape, "ledger": ledger}, indent=2, sort_keys=True) + "\n", 0o600)
+    return ledger

@@ -92,6 +92,12 @@ record:
   description: Path of the last-known-good record.
   returned: always
   type: str
+boot_ledger:
+  description:
+    - After a (re)start, the memory facts the engine printed while booting (KV cache size and
+      cells, buffers, vLLM KV tokens and concurrency), also written to C(RECORD_DIR/boot-ledger.json).
+  returned: when the unit was (re)started
+  type: dict
 rolled_back:
   description: Whether the last-known-good shape was restored after a failure.
   returned: always
