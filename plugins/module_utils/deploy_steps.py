@@ -285,26 +285,61 @@ def remove_unit(params: dict[str, Any], run: Runner, check_mode: bool) -> dict[s
     return result
 
 
-def chat_probe(host: str, port: int, served_id: str, prompt: str, max_tokens: int, timeout: float = 120.0) -> str:
-    """The smoke probe: a chat completion must answer with at least one completion token."""
-    body = json.dumps({"model": served_id, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0})
+# A 1x1 PNG, for the image probe of shapes with a vision projector.
+PROBE_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+PROBE_TOOL = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "Return the current time.", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+def _chat(host: str, port: int, payload: dict[str, Any], what: str, timeout: float) -> dict[str, Any]:
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(payload), headers={"Content-Type": "application/json"})
         response = conn.getresponse()
         raw = response.read(1 << 20)
     except (OSError, http.client.HTTPException) as exc:
-        raise StepError(f"smoke probe: no answer from {host}:{port}: {exc}", {}) from None
+        raise StepError(f"{what}: no answer from {host}:{port}: {exc}", {}) from None
     finally:
         conn.close()
     if response.status != 200:
-        raise StepError(f"smoke probe: HTTP {response.status}: {raw[:300].decode('utf-8', 'replace')}", {})
+        raise StepError(f"{what}: HTTP {response.status}: {raw[:300].decode('utf-8', 'replace')}", {})
     try:
         answer = json.loads(raw)
-        content = answer["choices"][0]["message"].get("content") or ""
-        tokens = int(answer.get("usage", {}).get("completion_tokens", 0))
+        answer["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
-        raise StepError("smoke probe: the answer is not a chat completion", {}) from None
-    if tokens <= 0:
+        raise StepError(f"{what}: the answer is not a chat completion", {}) from None
+    return answer
+
+
+def chat_probe(
+    host: str,
+    port: int,
+    served_id: str,
+    prompt: str,
+    max_tokens: int,
+    tools: bool = False,
+    image: bool = False,
+    timeout: float = 120.0,
+) -> str:
+    """Smoke probes: a chat completion must answer with at least one token; where the shape
+    enables them, a required tool call must come back as a tool call, and an image must be read."""
+    base = {"model": served_id, "max_tokens": max_tokens, "temperature": 0}
+    answer = _chat(host, port, {**base, "messages": [{"role": "user", "content": prompt}]}, "smoke probe", timeout)
+    if int(answer.get("usage", {}).get("completion_tokens", 0)) <= 0:
         raise StepError("smoke probe: the completion is empty (0 completion tokens)", {})
+    content = answer["choices"][0]["message"].get("content") or ""
+    if tools:
+        payload = {**base, "max_tokens": max(max_tokens, 64), "tools": [PROBE_TOOL], "tool_choice": "required"}
+        payload["messages"] = [{"role": "user", "content": "What time is it? Use the get_time tool."}]
+        calls = _chat(host, port, payload, "tool-call probe", timeout)["choices"][0]["message"].get("tool_calls") or []
+        names = [call.get("function", {}).get("name") for call in calls]
+        if "get_time" not in names:
+            raise StepError(f"tool-call probe: a required tool call came back as {names or 'plain text'}; check the tool parser", {})
+    if image:
+        parts = [{"type": "text", "text": "What colour is this image?"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PROBE_PNG}"}}]
+        seen = _chat(host, port, {**base, "messages": [{"role": "user", "content": parts}]}, "image probe", timeout)
+        if int(seen.get("usage", {}).get("completion_tokens", 0)) <= 0:
+            raise StepError("image probe: no completion for an image (is the projector loaded?)", {})
     return content

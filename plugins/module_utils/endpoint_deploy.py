@@ -75,7 +75,15 @@ def deploy_endpoint(params: dict[str, Any], run: Runner, check_mode: bool, diff:
         probe = params.get("probe")
         completion = None
         if probe and not check_mode:
-            completion = chat_probe(probe["host"], int(probe["port"]), probe["served_id"], probe["prompt"], int(probe["max_tokens"]))
+            completion = chat_probe(
+                probe["host"],
+                int(probe["port"]),
+                probe["served_id"],
+                probe["prompt"],
+                int(probe["max_tokens"]),
+                tools=bool(probe.get("tools")),
+                image=bool(probe.get("image")),
+            )
     except StepError as failure:
         if check_mode or not params.get("rollback", True) or previous is None or previous == record:
             failure.result.setdefault("rolled_back", False)

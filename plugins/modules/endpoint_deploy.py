@@ -38,7 +38,9 @@ options:
     type: dict
     default: {}
   probe:
-    description: The smoke probe - C(host), C(port), C(served_id), C(prompt), C(max_tokens).
+    description:
+      - The smoke probe - C(host), C(port), C(served_id), C(prompt), C(max_tokens); with C(tools)
+        a required tool call must come back as a tool call, with C(image) an image must be read.
     type: dict
   shape:
     description: The shape, kept in the record for the operator and the runbooks.
