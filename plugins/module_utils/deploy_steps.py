@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.podman_engine import (
@@ -68,6 +69,16 @@ class StepError(RuntimeError):
     def __init__(self, message: str, result: dict[str, Any]) -> None:
         super().__init__(message)
         self.result = result
+
+
+def report(module: Any, step: Callable[[], dict[str, Any]]) -> None:
+    """Run a module's step and report it: exit_json with its result, or fail_json with the
+    step's message and what it had gathered (journal lines, health details)."""
+    try:
+        result = step()
+    except StepError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    module.exit_json(**result)
 
 
 def ensure_engine(params: dict[str, Any], run: Runner, check_mode: bool, diff: bool) -> dict[str, Any]:

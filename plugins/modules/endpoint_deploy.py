@@ -108,7 +108,7 @@ rolled_back:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.endpoint_deploy import deploy_endpoint
 
 
@@ -126,11 +126,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
-        result = deploy_endpoint(module.params, module.run_command, module.check_mode, module._diff)
-    except StepError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    module.exit_json(**result)
+    report(module, lambda: deploy_endpoint(module.params, module.run_command, module.check_mode, module._diff))
 
 
 if __name__ == "__main__":

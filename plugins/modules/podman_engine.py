@@ -189,7 +189,7 @@ env_file:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import StepError, ensure_engine, remove_engine
+from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import ensure_engine, remove_engine, report
 
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
@@ -223,14 +223,10 @@ ARGUMENT_SPEC = {
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        if module.params["state"] == "absent":
-            result = remove_engine(module.params, module.run_command, module.check_mode)
-        else:
-            result = ensure_engine(module.params, module.run_command, module.check_mode, module._diff)
-    except StepError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    module.exit_json(**result)
+    if module.params["state"] == "absent":
+        report(module, lambda: remove_engine(module.params, module.run_command, module.check_mode))
+    else:
+        report(module, lambda: ensure_engine(module.params, module.run_command, module.check_mode, module._diff))
 
 
 if __name__ == "__main__":

@@ -213,7 +213,7 @@ elapsed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import StepError, ensure_unit, remove_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import ensure_unit, remove_unit, report
 
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
@@ -255,14 +255,10 @@ def main() -> None:
         required_if=[("state", "started", ["command"]), ("state", "stopped", ["command"])],
         supports_check_mode=True,
     )
-    try:
-        if module.params["state"] == "absent":
-            result = remove_unit(module.params, module.run_command, module.check_mode)
-        else:
-            result = ensure_unit(module.params, module.run_command, module.check_mode, module._diff)
-    except StepError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    module.exit_json(**result)
+    if module.params["state"] == "absent":
+        report(module, lambda: remove_unit(module.params, module.run_command, module.check_mode))
+    else:
+        report(module, lambda: ensure_unit(module.params, module.run_command, module.check_mode, module._diff))
 
 
 if __name__ == "__main__":
