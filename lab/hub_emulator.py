@@ -169,12 +169,6 @@ class HubEmulator:
 
     # --- lookups ---------------------------------------------------------------------------
 
-    def find_repo(self, repo_id: str, revision: str) -> HubRepo | None:
-        repo = self.repos.get(repo_id)
-        if repo is None or revision not in ("main", repo.commit):
-            return None
-        return repo
-
     def by_sha(self, sha: str) -> HubFile | None:
         return self._find(lambda hub_file: hub_file.sha256 == sha)
 

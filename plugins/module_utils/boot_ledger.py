@@ -39,8 +39,6 @@ _LCPP_BUFFER = re.compile(r"(\w+):\s+(\S+)\s+(model|KV|compute|output|RS)\s+buff
 _LCPP_BREAKDOWN_GPU = re.compile(r"\|\s*-\s*(.+?)\s*\|\s*(\d+)\s*=\s*(\d+)\s*\+\s*\(\s*(\d+)\s*=\s*(\d+)\s*\+\s*(\d+)\s*\+\s*(\d+)\s*\)\s*\+\s*(-?\d+)\s*\|")
 _LCPP_BREAKDOWN_HOST = re.compile(r"\|\s*-\s*(.+?)\s*\|\s*(\d+)\s*=\s*(\d+)\s*\+\s*(\d+)\s*\+\s*(\d+)\s*\|")
 
-MIB = 1 << 20
-
 
 def _int(text: str) -> int:
     return int(text.replace(",", ""))

@@ -17,7 +17,7 @@ from typing import Any
 from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFHeader, read_model
-from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB, SizeError, parse_size
+from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB, SizeError, parse_size
 
 GRAPH_BASE_BYTES = 256 * MIB  # vLLM's own graph-memory estimate: 256 MiB + 52 MiB per captured graph
 GRAPH_PER_CAPTURE_BYTES = 52 * MIB
@@ -645,6 +645,3 @@ def render_table(result: BudgetResult) -> str:
         lines.append(f"note: {note}")
     lines.append(f"fits: {'yes' if result.fits else 'NO'}")
     return "\n".join(lines)
-
-
-__all__ = ["GIB", "BudgetResult", "ShapeError", "assign_layers", "price_shape", "render_table", "slot_ceiling"]

@@ -61,14 +61,6 @@ def parse_size(value: object, field: str = "size") -> int:
     return round(number * _UNITS[unit])
 
 
-def mib(n_bytes: float) -> float:
-    return n_bytes / MIB
-
-
-def gib(n_bytes: float) -> float:
-    return n_bytes / GIB
-
-
 def human(n_bytes: float) -> str:
     """Short binary rendering for tables and messages."""
     sign = "-" if n_bytes < 0 else ""
