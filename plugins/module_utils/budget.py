@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils import calibration, kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFHeader, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB, SizeError, parse_size
@@ -100,6 +100,8 @@ class BudgetResult:
     verdicts: list[Verdict]
     host_terms: list[Term] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    geometry_key: str = ""
+    model_geometry: dict[str, Any] | None = None  # the explicit form, for stored boots
 
     @property
     def fits(self) -> bool:
@@ -119,6 +121,8 @@ class BudgetResult:
             "client": self.client,
             "rules": [v.as_dict() for v in self.verdicts],
             "notes": self.notes,
+            "geometry_key": self.geometry_key,
+            "model_geometry": self.model_geometry,
         }
 
 
@@ -338,7 +342,7 @@ def slot_ceiling(boots: list[dict[str, Any]], capacity: int, floor: int) -> tupl
 # --- llama.cpp --------------------------------------------------------------------------------
 
 
-def _price_llamacpp(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> BudgetResult:
+def _price_llamacpp(shape: dict[str, Any], loader: Callable[[str], GGUFHeader], boots: list[dict[str, Any]]) -> BudgetResult:
     devices = _devices(shape)
     geometry = _load_geometry(shape, "model", loader)
     if geometry is None:
@@ -453,7 +457,28 @@ def _price_llamacpp(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) 
     ceiling = kv.per_slot_window
     client, client_verdicts = _client(shape, ceiling)
     verdicts.extend(client_verdicts)
-    return BudgetResult("llamacpp", devices, {**kv.as_dict(), "per_slot_state_bytes": per_slot_state}, client, verdicts, host_terms, notes)
+    key = calibration.geometry_key("llamacpp", shape, geometry)
+    kv_facts = {**kv.as_dict(), "per_slot_state_bytes": per_slot_state, **_llamacpp_basis(kv, boots, key, shape, notes)}
+    return BudgetResult("llamacpp", devices, kv_facts, client, verdicts, host_terms, notes, key, calibration.geometry_spec(geometry))
+
+
+def _llamacpp_basis(kv: kv_law.LlamaCppKv, boots: list[dict[str, Any]], key: str, shape: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """What the KV figure rests on: a stored boot at this very layout, or the law alone (and
+    then which layouts of this geometry were measured)."""
+    exact, layouts = calibration.llamacpp_measured(boots, key, shape)
+    if exact is not None:
+        line = exact["ledger"]["kv_caches"][0]
+        if f"{line['size_bytes'] / MIB:.2f}" == f"{kv.total_bytes / MIB:.2f}":
+            return {"basis": "measured", "measured_bytes": line["size_bytes"]}
+        notes.append(
+            f"kv: a boot of this geometry and layout measured {line['size_bytes'] / MIB:,.2f} MiB, the law says {kv.total_bytes / MIB:,.2f} MiB: "
+            "trust the measurement and report the law's miss"
+        )
+        return {"basis": "measured-differs", "measured_bytes": line["size_bytes"]}
+    if layouts:
+        notes.append(f"kv: no boot measured at this layout; {len(layouts)} boot(s) of this geometry were, at {layouts}: the law extrapolates")
+        return {"basis": "extrapolated"}
+    return {"basis": "formula"}
 
 
 def _projector_bytes(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> int:
@@ -510,7 +535,7 @@ def _calibrations(shape: dict[str, Any]) -> list[kv_law.VllmCalibration]:
     return out
 
 
-def _price_vllm(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> BudgetResult:
+def _price_vllm(shape: dict[str, Any], loader: Callable[[str], GGUFHeader], boots: list[dict[str, Any]]) -> BudgetResult:
     devices = _devices(shape)
     tp = _int(shape, "tensor_parallel", 1, minimum=1) or 1
     if tp != len(devices):
@@ -567,7 +592,8 @@ def _price_vllm(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> B
     pool_bytes = sum(t.bytes for t in devices[0].terms if t.name == "kv_pool")
     geometry = _load_geometry(shape, "model", loader)
     try:
-        kv = kv_law.vllm_kv(pool_bytes, max_len, dtype, _calibrations(shape), geometry, tp)
+        key = calibration.geometry_key("vllm", shape, geometry)
+        kv = kv_law.vllm_kv(pool_bytes, max_len, dtype, _calibrations(shape) + calibration.vllm_points(boots, key), geometry, tp)
     except kv_law.KvLawError as exc:
         raise ShapeError(str(exc)) from None
     if kv.basis != "measured":
@@ -596,11 +622,15 @@ def _price_vllm(shape: dict[str, Any], loader: Callable[[str], GGUFHeader]) -> B
     verdicts.extend(_capacity_verdicts(devices, floor, _size(shape, "max_device_gap", DEFAULT_MAX_GAP)))
     client, client_verdicts = _client(shape, max_len)
     verdicts.extend(client_verdicts)
-    return BudgetResult("vllm", devices, kv.as_dict(), client, verdicts, [], notes)
+    spec = calibration.geometry_spec(geometry) if geometry is not None else None
+    return BudgetResult("vllm", devices, kv.as_dict(), client, verdicts, [], notes, key, spec)
 
 
-def price_shape(shape: dict[str, Any], loader: Callable[[str], GGUFHeader] = read_model) -> BudgetResult:
-    """Price a shape on every device and judge it. Raises ShapeError on malformed input."""
+def price_shape(shape: dict[str, Any], loader: Callable[[str], GGUFHeader] = read_model, boots: list[dict[str, Any]] | None = None) -> BudgetResult:
+    """Price a shape on every device and judge it. Raises ShapeError on malformed input.
+
+    boots: stored boot ledgers (calibration.load_boots); those of this shape's geometry are
+    the measurements the KV figure rests on."""
     if not isinstance(shape, dict):
         raise ShapeError("shape: expected a mapping")
     runtime = shape.get("runtime")
@@ -608,7 +638,7 @@ def price_shape(shape: dict[str, Any], loader: Callable[[str], GGUFHeader] = rea
     if runtime not in pricers:
         raise ShapeError(f"runtime: expected 'llamacpp' or 'vllm', got {runtime!r}")
     try:
-        return pricers[runtime](shape, loader)
+        return pricers[runtime](shape, loader, list(boots or []))
     except (SizeError, kv_law.KvLawError) as exc:
         raise ShapeError(str(exc)) from None
 

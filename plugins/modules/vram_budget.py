@@ -47,6 +47,15 @@ options:
     description: Return the verdicts without failing when the shape does not fit.
     type: bool
     default: false
+  boots:
+    description:
+      - Stored boot ledgers from the calibration store (the P(frank.llm_fleet.calibration_boots#lookup)
+        lookup reads them on the controller). Boots of this shape's geometry key become the KV
+        figure's basis - vLLM tokens from measured pool/token points, llama.cpp the law checked
+        against a boot at the same layout - and the result says when it must extrapolate.
+    type: list
+    elements: dict
+    default: []
 notes:
   - Pure computation on header bytes; no tensor data is read.
 seealso:
@@ -136,6 +145,15 @@ notes:
   returned: always
   type: list
   elements: str
+geometry_key:
+  description: The key boots of this shape's geometry are stored under (runtime, cache geometry, KV dtypes, tensor parallel).
+  returned: always
+  type: str
+  sample: llamacpp-3f2a9c41d0be
+model_geometry:
+  description: The model's cache geometry in the explicit O(shape) C(model_geometry) form, when the model was read.
+  returned: when the model's geometry is known
+  type: dict
 table:
   description: The ledger as a text table, for display.
   returned: always
@@ -154,6 +172,7 @@ def main() -> None:
             "shape": {"type": "dict", "required": True},
             "devices": {"type": "list", "elements": "dict"},
             "report_only": {"type": "bool", "default": False},
+            "boots": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
@@ -161,7 +180,7 @@ def main() -> None:
     if module.params["devices"]:
         shape = {**shape, "devices": module.params["devices"]}
     try:
-        result = price_shape(shape)
+        result = price_shape(shape, boots=module.params["boots"])
     except (ShapeError, GGUFError, OSError) as exc:
         module.fail_json(msg=f"shape is invalid: {exc}")
     report = result.as_dict()

@@ -1,0 +1,236 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The capacity probe: what an endpoint really holds, measured from its own answers.
+
+- refusal boundary: an oversized prompt is refused before prefill, and the refusal names the
+  window (llama.cpp: `n_ctx`, the per-slot window; vLLM: `maximum context length is N tokens`);
+- parallel serving: N streams at once must decode at the same time, not queue;
+- decode at depth: decode speed with the context already holding D tokens.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, request_json, stream_chat
+
+# Filler whose tokenisation is ordinary prose; the salt keeps each probe off any prefix cache.
+FILLER = "The operator measured the endpoint again and wrote the figures into the ledger. "
+_WINDOW_PATTERNS = (
+    re.compile(r"exceeds the available context size \((\d+) tokens\)"),  # llama.cpp
+    re.compile(r"maximum context length is (\d+) tokens"),  # vLLM
+)
+_PROMPT_PATTERNS = (
+    re.compile(r"request \((\d+) tokens\)"),
+    re.compile(r"(?:your request has|you requested) (\d+) (?:input )?tokens"),
+)
+
+
+class ProbeError(Exception):
+    """The probe could not measure what it set out to (the message says why)."""
+
+
+ProgressFn = Callable[[str], None]
+
+
+@dataclass
+class Boundary:
+    window: int  # tokens one request may hold, as the engine itself stated it
+    prompt_tokens: int | None
+    message: str
+    prompt_chars: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class ParallelCheck:
+    requested: int
+    max_decoding_at_once: int
+    streams: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def parallel(self) -> bool:
+        return self.max_decoding_at_once >= self.requested
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requested": self.requested, "max_decoding_at_once": self.max_decoding_at_once, "parallel": self.parallel, "streams": self.streams}
+
+
+def _salted(chars: int) -> str:
+    salt = f"[{uuid.uuid4().hex}] "
+    return salt + (FILLER * (chars // len(FILLER) + 1))[: max(chars - len(salt), 0)]
+
+
+def window_from_refusal(error: ApiError) -> tuple[int, int | None] | None:
+    """(window, prompt tokens) from an engine's context refusal, or None if it is another error."""
+    body = error.body
+    if isinstance(body.get("n_ctx"), int):
+        prompt = body.get("n_prompt_tokens")
+        return int(body["n_ctx"]), int(prompt) if isinstance(prompt, int) else None
+    text = str(error)
+    for pattern in _WINDOW_PATTERNS:
+        match = pattern.search(text)
+        if match:
+            prompt_match = next((p.search(text) for p in _PROMPT_PATTERNS if p.search(text)), None)
+            return int(match.group(1)), int(prompt_match.group(1)) if prompt_match else None
+    return None
+
+
+def find_refusal_boundary(
+    endpoint: Endpoint, model: str, start_chars: int = 1 << 20, max_chars: int = 1 << 26, timeout: float = 600.0, progress: ProgressFn | None = None
+) -> Boundary:
+    """Send an oversized prompt (doubling until refused) and read the window from the refusal."""
+    chars = start_chars
+    while chars <= max_chars:
+        if progress:
+            progress(f"refusal boundary: sending a {chars:,}-character prompt")
+        payload = {"model": model, "messages": [{"role": "user", "content": _salted(chars)}], "max_tokens": 1, "temperature": 0}
+        try:
+            request_json(endpoint, "POST", "/v1/chat/completions", payload, timeout)
+        except ApiError as exc:
+            if exc.status == 0:
+                raise ProbeError(f"refusal boundary: {exc}") from None
+            found = window_from_refusal(exc)
+            if found is None:
+                raise ProbeError(f"refusal boundary: the endpoint refused with an error that names no window: {exc}") from None
+            return Boundary(found[0], found[1], str(exc), chars)
+        chars *= 2
+    raise ProbeError(f"refusal boundary: a {max_chars:,}-character prompt was accepted; raise max_chars")
+
+
+def decoding_together(intervals: list[tuple[float, float]]) -> int:
+    """How many streams got their first token while the earliest stream was still in the first
+    half of its decode. A queued stream starts only after a slot frees, so it falls outside;
+    the half-way mark leaves room for the client reading a finished stream's tail late."""
+    first_start, first_end = min(intervals)
+    halfway = first_start + (first_end - first_start) / 2
+    return sum(1 for start, _end in intervals if start <= halfway)
+
+
+def check_parallel(endpoint: Endpoint, model: str, streams: int, max_tokens: int = 512, timeout: float = 600.0) -> ParallelCheck:
+    """Start `streams` requests at once and count how many decode together (see decoding_together)."""
+    if streams < 1:
+        raise ProbeError("streams: at least 1")
+    results: list[Any] = [None] * streams
+
+    def worker(index: int) -> None:
+        payload = {
+            "model": model,
+            "messages": [{"role": "user", "content": f"[{uuid.uuid4().hex}] Count slowly from one to one thousand."}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,  # both engines accept it: every stream decodes max_tokens
+        }
+        try:
+            results[index] = stream_chat(endpoint, payload, timeout)
+        except ApiError as exc:
+            results[index] = exc
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    failures = [r for r in results if isinstance(r, ApiError)]
+    if failures:
+        raise ProbeError(f"parallel check: {len(failures)} of {streams} streams failed: {failures[0]}")
+    intervals = []
+    details = []
+    for index, result in enumerate(results):
+        if result.first_token_s is None or not result.chunk_times:
+            raise ProbeError(f"parallel check: stream {index} produced no tokens")
+        intervals.append((result.first_token_s, result.chunk_times[-1]))
+        details.append(
+            {
+                "stream": index,
+                "first_token_s": round(result.first_token_s, 4),
+                "last_token_s": round(result.chunk_times[-1], 4),
+                "completion_tokens": result.completion_tokens,
+                "decode_tps": round(result.decode_tps, 2) if result.decode_tps else None,
+            }
+        )
+    return ParallelCheck(streams, decoding_together(intervals), details)
+
+
+def tokens_per_char(endpoint: Endpoint, model: str, timeout: float = 120.0) -> float:
+    """The engine's own count for a known filler length (usage.prompt_tokens), minus the
+    template's overhead measured with an empty-ish prompt."""
+    counts = []
+    for chars in (64, 512):
+        payload = {"model": model, "messages": [{"role": "user", "content": _salted(chars)}], "max_tokens": 1, "temperature": 0}
+        answer = request_json(endpoint, "POST", "/v1/chat/completions", payload, timeout)
+        counts.append(int((answer.get("usage") or {}).get("prompt_tokens") or 0))
+    if counts[1] <= counts[0]:
+        raise ProbeError("decode at depth: the endpoint reports no prompt_tokens in usage")
+    return (counts[1] - counts[0]) / (512 - 64)
+
+
+def decode_at_depths(
+    endpoint: Endpoint,
+    model: str,
+    depths: list[int],
+    max_tokens: int = 64,
+    window: int | None = None,
+    timeout: float = 600.0,
+    progress: ProgressFn | None = None,
+) -> list[dict[str, Any]]:
+    """Decode speed with the context already holding each depth (in tokens, approximately: the
+    reported prompt_tokens is the engine's exact count)."""
+    rate = tokens_per_char(endpoint, model, timeout)
+    rows = []
+    for depth in depths:
+        if window is not None and depth + max_tokens > window:
+            rows.append({"depth": depth, "skipped": f"depth + max_tokens exceeds the window ({window:,})"})
+            continue
+        if progress:
+            progress(f"decode at depth {depth:,}")
+        payload = {
+            "model": model,
+            "messages": [{"role": "user", "content": _salted(max(int(depth / rate), 16))}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        try:
+            result = stream_chat(endpoint, payload, timeout)
+        except ApiError as exc:
+            rows.append({"depth": depth, "error": str(exc)})
+            continue
+        rows.append(
+            {
+                "depth": depth,
+                "prompt_tokens": result.prompt_tokens,
+                "ttft_s": round(result.first_token_s, 4) if result.first_token_s is not None else None,
+                "decode_tps": round(result.decode_tps, 2) if result.decode_tps else None,
+                "completion_tokens": result.completion_tokens,
+            }
+        )
+    return rows
+
+
+def run_capacity_probe(
+    endpoint: Endpoint,
+    model: str,
+    parallel: int = 0,
+    depths: list[int] | None = None,
+    max_tokens: int = 64,
+    start_chars: int = 1 << 20,
+    timeout: float = 600.0,
+    progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    boundary = find_refusal_boundary(endpoint, model, start_chars, timeout=timeout, progress=progress)
+    report: dict[str, Any] = {"url": endpoint.url, "model": model, "boundary": boundary.as_dict()}
+    if parallel:
+        if progress:
+            progress(f"parallel check: {parallel} streams at once")
+        report["parallel"] = check_parallel(endpoint, model, parallel, max(max_tokens, 512), timeout).as_dict()
+    if depths:
+        report["depths"] = decode_at_depths(endpoint, model, depths, max_tokens, boundary.window, timeout, progress)
+    return report

@@ -1,0 +1,88 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""PNG pictures for the controller: bench results and a budget ledger.
+
+Controller only: matplotlib is imported inside each function, so endpoint hosts, which never
+draw, do not need it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIB = 1 << 20
+SIZE_INCHES = (10.0, 6.0)
+DPI = 100  # 1000 x 600 pixels
+
+
+def _pyplot() -> Any:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    return plt
+
+
+def _grouped_bars(axis: Any, prompts: list[str], arms: list[str], values: dict[tuple[str, str], float | None], ylabel: str) -> None:
+    width = 0.8 / max(len(arms), 1)
+    for index, arm in enumerate(arms):
+        xs = [p + index * width - 0.4 + width / 2 for p in range(len(prompts))]
+        ys = [values.get((arm, prompt)) or 0.0 for prompt in prompts]
+        axis.bar(xs, ys, width, label=arm)
+    axis.set_xticks(range(len(prompts)))
+    axis.set_xticklabels(prompts)
+    axis.set_ylabel(ylabel)
+    axis.grid(axis="y", alpha=0.3)
+
+
+def render_bench_png(report: dict[str, Any], path: str) -> None:
+    """Decode tok/s and TTFT per prompt, one bar per arm."""
+    plt = _pyplot()
+    arms = [arm["name"] for arm in report["arms"]]
+    prompts: list[str] = []
+    for job in report["jobs"]:
+        if job["prompt"] not in prompts:
+            prompts.append(job["prompt"])
+    tps = {(j["arm"], j["prompt"]): j["decode_tps"] for j in report["jobs"] if j["ok"]}
+    ttft = {(j["arm"], j["prompt"]): j["ttft_s"] for j in report["jobs"] if j["ok"]}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=SIZE_INCHES, dpi=DPI, sharex=True)
+    _grouped_bars(top, prompts, arms, tps, "decode tok/s")
+    _grouped_bars(bottom, prompts, arms, ttft, "time to first token (s)")
+    top.legend(loc="upper right", fontsize="small")
+    warned = len(report.get("warnings") or [])
+    fig.suptitle(f"bench {report['run_id']} - max_tokens {report['max_tokens']}" + (f" - {warned} WARNING(S)" if warned else ""))
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
+def render_ledger_png(result: dict[str, Any], path: str, title: str = "") -> None:
+    """A budget result (vram_budget's as_dict) as stacked bars per device, capacity marked."""
+    plt = _pyplot()
+    ledger = result["ledger"]
+    names: list[str] = []
+    for device in ledger:
+        for term in device["terms"]:
+            if term["name"] not in names:
+                names.append(term["name"])
+    fig, axis = plt.subplots(figsize=SIZE_INCHES, dpi=DPI)
+    bottoms = [0.0] * len(ledger)
+    xs = list(range(len(ledger)))
+    for name in names:
+        sizes = [sum(t["bytes"] for t in device["terms"] if t["name"] == name) / MIB for device in ledger]
+        if any(sizes):
+            axis.bar(xs, sizes, 0.6, bottom=bottoms, label=name)
+            bottoms = [b + s for b, s in zip(bottoms, sizes)]
+    for x, device in zip(xs, ledger):
+        capacity = device["capacity_bytes"] / MIB
+        axis.hlines(capacity, x - 0.4, x + 0.4, colors="red", linestyles="dashed")
+        axis.text(x, capacity, f" capacity {capacity:,.0f} MiB", ha="center", va="bottom", fontsize="small", color="red")
+    axis.set_xticks(xs)
+    axis.set_xticklabels([device["device"] for device in ledger])
+    axis.set_ylabel("MiB")
+    axis.legend(loc="upper left", fontsize="small", ncol=3)
+    axis.set_title(title or f"{result['runtime']} ledger - fits: {'yes' if result['fits'] else 'NO'}")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
