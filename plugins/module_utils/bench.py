@@ -151,12 +151,17 @@ ProgressFn = Callable[[str], None]
 
 def _payload(arm: Arm, prompt: dict[str, Any], salt: str, max_tokens: int) -> dict[str, Any]:
     # The salt leads the conversation: prefix caches match from the first token on.
-    messages = [{"role": "system", "content": f"Session {salt}. You are a helpful assistant."}, *prompt["messages"]]
+    messages = [{"role": "system", "content": f"{salt} is this session. You are a helpful assistant."}, *prompt["messages"]]
     body: dict[str, Any] = {"model": arm.model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
     if arm.thinking is not None:
         body["chat_template_kwargs"] = {"enable_thinking": arm.thinking}
     body.update(arm.extra_body)
     return body
+
+
+def _salt(run_id: str, arm: str, prompt: str, copy: str) -> str:
+    # Random first: a shared leading run id would itself be a cacheable prefix.
+    return f"{uuid.uuid4().hex[:8]}-{run_id}-{arm}-{prompt}-{copy}"
 
 
 def run_job(arm: Arm, prompt: dict[str, Any], salt: str, max_tokens: int, stream: int, phase_start: float, timeout: float) -> Job:
@@ -232,7 +237,7 @@ def run_bench(
     for arm in arms:
         phase = time.monotonic()
         for prompt in prompts:
-            job = run_job(arm, prompt, f"{run_id}-{arm.name}-{prompt['id']}-s", max_tokens, 0, phase, timeout)
+            job = run_job(arm, prompt, _salt(run_id, arm.name, prompt["id"], "s"), max_tokens, 0, phase, timeout)
             report.jobs.append(job)
             tick(f"{arm.name} {prompt['id']}: " + (f"ttft {job.ttft_s:.3f}s, {job.decode_tps or 0:.1f} tok/s" if job.ok else job.error))
         if burst > 1:

@@ -117,7 +117,7 @@ def main() -> None:
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
             "name": {"type": "str", "default": "endpoint"},
-            "max_tokens": {"type": "int", "default": 128},
+            "max_tokens": {"type": "int", "default": 128, "no_log": False},
             "burst": {"type": "int", "default": 0},
             "thinking": {"type": "list", "elements": "str", "choices": list(THINKING), "default": ["default"]},
             "probe": {"type": "bool", "default": True},

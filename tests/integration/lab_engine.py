@@ -1,12 +1,16 @@
-"""Boot the lab's real llama-server (engine image, podman) and capture its boot log."""
+"""The lab's real llama-server (engine image, podman): capture a boot log, or serve on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import time
+import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,3 +54,40 @@ def boot_log(image: str, model: str, args: list[str], until: str = "llama_kv_cac
         subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, env=_env(), check=False)
         proc.wait(timeout=30)
     return "".join(lines)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(image: str, model: str, args: list[str], timeout: float = 60) -> Iterator[str]:
+    """llama-server on `model` with `args`, on a free loopback port; yields its base URL once
+    /health answers 200, and removes the container afterwards."""
+    name = f"llm-fleet-serve-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    argv = [
+        "podman", "run", "-d", "--rm", "--name", name, "--network", "host",
+        "-v", f"{MODELS}:/models:ro", image,
+        "-m", f"/models/{model}", "--host", "127.0.0.1", "--port", str(port), "--metrics", *args,
+    ]  # fmt: skip
+    subprocess.run(argv, capture_output=True, text=True, env=_env(), check=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                logs = subprocess.run(["podman", "logs", name], capture_output=True, text=True, env=_env(), check=False)
+                raise RuntimeError(f"llama-server did not become healthy:\n{logs.stdout[-2000:]}{logs.stderr[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, env=_env(), check=False)

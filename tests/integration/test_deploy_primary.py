@@ -107,3 +107,39 @@ def test_shape_failing_its_health_gate_is_rolled_back(tmp_path):
     assert served() == "frank-primary"
     rc, stats, out = deploy(tmp_path)
     assert rc == 0 and stats["changed"] == 0, out[-3000:]
+
+
+def cli(*argv):
+    return subprocess.run([sys.executable, str(ROOT / "bin" / "llm-fleet"), *argv], capture_output=True, text=True, env=_env(), check=False)
+
+
+def test_each_boot_is_stored_and_its_kv_agrees_exactly_with_the_prediction(tmp_path):
+    store = tmp_path / "calibration"
+    other = {**LAB_SHAPE, "ctx_size": 6144, "parallel": 3, "type_k": "q8_0"}
+    for shape in (other, LAB_SHAPE):
+        rc, _stats, out = deploy(tmp_path, "-e", f"llm_fleet_calibration_dir={store}", shape=shape)
+        assert rc == 0, out[-3000:]
+    proc = cli("calibration", "--dir", str(store), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(proc.stdout)
+    layouts = {(row["layout"]["ctx_size"], row["layout"]["parallel"]) for row in rows}
+    assert layouts == {(6144, 3), (8192, 2)}
+    for row in rows:
+        assert row["agree"] is True, row
+        assert row["measured"] == row["predicted"]
+        assert row["measured"]["cells"] == 8192 // 2 or row["measured"]["cells"] == 2048
+    # The next budget gate rests on the stored boot: its figure is measured, not formula.
+    rc, _stats, out = deploy(tmp_path, "--check", "--tags", "budget", "-e", f"llm_fleet_calibration_dir={store}")
+    assert rc == 0 and "'basis': 'measured'" in out.replace('"', "'"), out[-3000:]
+
+
+def test_bench_playbook_keeps_json_table_and_plot_on_the_controller(tmp_path):
+    argv = [str(BIN / "ansible-playbook"), "playbooks/bench.yml", "-e", f"llm_fleet_bench_dir={tmp_path}", "-e", "endpoint_bench_max_tokens=16"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=_env(), check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    [result] = tmp_path.glob("frank-primary-*.json")
+    stored = json.loads(result.read_text())
+    assert stored["probe"]["boundary"]["window"] == LAB_SHAPE["ctx_size"] // LAB_SHAPE["parallel"]
+    assert stored["probe"]["parallel"]["parallel"] is True
+    assert all(job["ok"] for job in stored["bench"]["jobs"])
+    assert result.with_suffix(".txt").exists() and result.with_suffix(".png").stat().st_size > 10_000

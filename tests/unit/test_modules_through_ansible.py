@@ -96,3 +96,42 @@ def test_hf_payload_gate_token_never_reaches_the_output(hub, tmp_path):
     for path in tmp_path.rglob("*"):
         if path.is_file() and path.name != "play.yml":
             assert TOKEN.encode() not in path.read_bytes()
+
+
+def test_boot_calibration_stores_once_and_the_lookup_feeds_the_budget(tmp_path):
+    store = tmp_path / "calibration"
+    shape = {"runtime": "llamacpp", "devices": [{"name": "cpu", "memory": "4 GiB"}], "model_geometry": {"n_layer": 2, "n_head_kv": 2, "head_dim": 32}}
+    shape.update(ctx_size=8192, parallel=2)
+    mib2 = 2 << 20
+    line = {"size_bytes": 2 * mib2, "cells": 4096, "layers": 2, "seqs_used": 2, "seqs_max": 2}
+    line.update(type_k="f16", k_bytes=mib2, type_v="f16", v_bytes=mib2)
+    budget = {"frank.llm_fleet.vram_budget": {"shape": shape}, "register": "budget"}
+    record = {
+        "frank.llm_fleet.boot_calibration": {
+            "store_dir": str(store),
+            "endpoint": "frank-primary",
+            "host": "lab",
+            "shape": shape,
+            "geometry_key": "{{ budget.geometry_key }}",
+            "model_geometry": "{{ budget.model_geometry }}",
+            "ledger": {"engine": "llamacpp", "kv_caches": [line]},
+            "recorded_at": "2026-11-29T10:00:00Z",
+        }
+    }
+    boots = f"{{{{ lookup('frank.llm_fleet.calibration_boots', 'frank-primary', dir='{store}') }}}}"
+    priced_again = {"frank.llm_fleet.vram_budget": {"shape": shape, "boots": boots}}
+    proc, [first, stored, again] = play(tmp_path, [budget, record, priced_again])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert first["kv"]["basis"] == "formula"
+    assert stored["changed"] and stored["comparison"]["agree"] is True
+    assert again["kv"]["basis"] == "measured"
+    proc, [_first, rerun, _again] = play(tmp_path, [budget, record, priced_again])
+    assert proc.returncode == 0 and not rerun["changed"]
+
+
+def test_endpoint_bench_sends_nothing_in_check_mode(tmp_path):
+    task = {"frank.llm_fleet.endpoint_bench": {"url": "http://127.0.0.1:9", "model": "m"}}
+    proc, [result] = play(tmp_path, [task], check=True)
+    assert proc.returncode == 0 and not result["changed"] and "check mode" in result["msg"]
+    proc, [result] = play(tmp_path, [task])
+    assert proc.returncode != 0 and "127.0.0.1:9" in result["msg"]

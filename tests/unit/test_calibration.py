@@ -1,0 +1,131 @@
+"""The calibration loop: boots stored per geometry key, fed back into the budget, compared."""
+
+import copy
+
+import pytest
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils import calibration
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import geometry_from_dict, price_shape
+
+MIB = 1 << 20
+GIB = 1 << 30
+# 2 layers x 2 KV heads x 32 dims: K and V rows of 2 x 32 x 2 B each -> 512 B per cell (f16).
+GEOMETRY = {"n_layer": 2, "n_head_kv": 2, "head_dim": 32, "layer_bytes": "1 MiB"}
+
+
+def llama_shape(**overrides):
+    shape = {"runtime": "llamacpp", "devices": [{"name": "cpu", "memory": "2 GiB"}], "model_geometry": GEOMETRY, "ctx_size": 8192, "parallel": 2}
+    return {**shape, **overrides}
+
+
+def vllm_shape(**overrides):
+    shape = {
+        "runtime": "vllm",
+        "devices": [{"name": "cpu", "memory": "24 GiB"}],
+        "model_geometry": GEOMETRY,
+        "max_model_len": 2048,
+        "max_num_seqs": 4096,
+        "kv_cache_memory_bytes": 2 * GIB,
+    }
+    return {**shape, **overrides}
+
+
+def llama_ledger(cells, seqs, k_bytes, v_bytes):
+    line = {"size_bytes": k_bytes + v_bytes, "cells": cells, "layers": 2, "seqs_used": seqs, "seqs_max": seqs}
+    return {"engine": "llamacpp", "kv_caches": [{**line, "type_k": "f16", "k_bytes": k_bytes, "type_v": "f16", "v_bytes": v_bytes}]}
+
+
+def stored(shape, ledger, pool=None, when="2026-11-29T10:00:00Z"):
+    result = price_shape(shape)
+    return calibration.boot_record("frank-primary", "lab", shape, result.geometry_key, result.model_geometry, ledger, pool, when)
+
+
+def test_geometry_key_ignores_the_layout_and_follows_geometry_and_dtype():
+    geometry = geometry_from_dict(GEOMETRY)
+    base = calibration.geometry_key("llamacpp", llama_shape(), geometry)
+    assert calibration.geometry_key("llamacpp", llama_shape(ctx_size=4096, parallel=4), geometry) == base
+    assert calibration.geometry_key("llamacpp", llama_shape(type_k="q8_0"), geometry) != base
+    wider = geometry_from_dict({**GEOMETRY, "n_head_kv": 4})
+    assert calibration.geometry_key("llamacpp", llama_shape(), wider) != base
+    assert calibration.geometry_key("vllm", vllm_shape(), geometry) != base
+
+
+def test_store_is_idempotent_and_keeps_boots_per_endpoint_and_key(tmp_path):
+    record = stored(llama_shape(), llama_ledger(4096, 2, 2 * MIB, 2 * MIB))
+    path, changed = calibration.store_boot(str(tmp_path), record)
+    assert changed and path.endswith(f"frank-primary/{record['geometry_key']}.json")
+    later = {**record, "recorded_at": "2026-11-30T00:00:00Z"}  # the same boot seen again
+    assert calibration.store_boot(str(tmp_path), later) == (path, False)
+    other = stored(llama_shape(ctx_size=4096), llama_ledger(2048, 2, MIB, MIB))
+    assert calibration.store_boot(str(tmp_path), other, check_mode=True)[1] is True
+    assert len(calibration.load_boots(str(tmp_path))) == 1  # check mode wrote nothing
+    calibration.store_boot(str(tmp_path), other)
+    assert len(calibration.load_boots(str(tmp_path), "frank-primary")) == 2
+    assert calibration.load_boots(str(tmp_path / "missing")) == []
+
+
+def test_llamacpp_boot_at_the_same_layout_makes_the_figure_measured():
+    boot = stored(llama_shape(), llama_ledger(4096, 2, 2 * MIB, 2 * MIB))
+    assert price_shape(llama_shape()).kv["basis"] == "formula"
+    assert price_shape(llama_shape(), boots=[boot]).kv["basis"] == "measured"
+    extrapolated = price_shape(llama_shape(ctx_size=16384), boots=[boot])
+    assert extrapolated.kv["basis"] == "extrapolated"
+    assert any("no boot measured at this layout" in note for note in extrapolated.notes)
+    # A boot of another geometry is no evidence for this one.
+    assert price_shape(llama_shape(type_k="q8_0", type_v="q8_0"), boots=[boot]).kv["basis"] == "formula"
+
+
+def test_llamacpp_measurement_that_disagrees_is_reported_not_hidden():
+    boot = stored(llama_shape(), llama_ledger(4096, 2, 3 * MIB, 2 * MIB))
+    result = price_shape(llama_shape(), boots=[boot])
+    assert result.kv["basis"] == "measured-differs"
+    assert any("5.00 MiB" in note and "4.00 MiB" in note for note in result.notes)
+    row = calibration.compare_boot(boot, [boot])
+    assert row["agree"] is False and row["predicted"]["k_mib"] == "2.00" and row["measured"]["k_mib"] == "3.00"
+
+
+def test_llamacpp_comparison_agrees_for_a_boot_the_law_predicts():
+    # 6000 pads to 6144 cells = 4 streams x 1536; 6144 x 2 layers x 2 heads x 32 x 2 B = 1.5 MiB each of K and V.
+    boot = stored(llama_shape(parallel=4, ctx_size=6000), llama_ledger(1536, 4, 3 * MIB // 2, 3 * MIB // 2))
+    row = calibration.compare_boot(boot, [boot])
+    assert row["agree"] is True, row
+    assert row["layout"] == {"ctx_size": 6000, "parallel": 4}
+
+
+def test_vllm_boots_become_calibration_points_and_extrapolation_is_named():
+    # The engine measured 2 GiB -> 4,194,304 tokens at max_model_len 2048 (512 B per token).
+    boot = stored(vllm_shape(), {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 2048.0}, pool=2 * GIB)
+    measured = price_shape(vllm_shape(kv_cache_memory_bytes=GIB), boots=[boot])
+    assert measured.kv["basis"] == "measured" and measured.kv["tokens"] == 2_097_152
+    other_length = price_shape(vllm_shape(max_model_len=4096), boots=[boot])
+    assert other_length.kv["basis"] == "extrapolated"
+    assert any("extrapolated from 2048" in note for note in other_length.notes)
+    assert price_shape(vllm_shape()).kv["basis"] == "formula"
+
+
+def test_vllm_comparison_never_predicts_a_boot_from_itself():
+    a = stored(vllm_shape(), {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 2048.0}, pool=2 * GIB)
+    alone = calibration.compare_boot(a, [a])
+    assert alone["detail"].startswith("formula") and alone["agree"] is True
+    b = stored(vllm_shape(kv_cache_memory_bytes=GIB), {"engine": "vllm", "kv_tokens": 2_000_000, "concurrency": 976.56}, pool=GIB)
+    row = calibration.compare_boot(b, [a, b])
+    assert row["detail"].startswith("measured") and row["predicted"]["kv_tokens"] == 2_097_152
+    assert row["agree"] is False  # b's own 2,000,000 was not used to predict b
+
+
+def test_comparison_without_a_geometry_or_a_kv_line_says_why():
+    boot = stored(llama_shape(), {"engine": "llamacpp"})
+    assert "llama_kv_cache" in calibration.compare_boot(boot, [boot])["detail"]
+    no_geometry = copy.deepcopy(stored(llama_shape(), llama_ledger(4096, 2, 2 * MIB, 2 * MIB)))
+    del no_geometry["shape"]["model_geometry"]
+    row = calibration.compare_boot(no_geometry, [no_geometry])
+    assert row["agree"] is None and "geometry" in row["detail"]
+    text = calibration.render_comparison([row])
+    assert "n/a" in text
+
+
+@pytest.mark.parametrize("runtime", ["llamacpp", "vllm"])
+def test_budget_result_carries_key_and_geometry_for_the_store(runtime):
+    result = price_shape(llama_shape() if runtime == "llamacpp" else vllm_shape())
+    assert result.geometry_key.startswith(f"{runtime}-")
+    assert geometry_from_dict(result.model_geometry).n_layer == 2
