@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the built-in lab (run by `make demo` after `make setup lab-up`): deploy
 # frank-primary through every gate (budget ledger, payload, image digest, unit, health, a real
-# chat completion, last-known-good), then deploy again to show that a rerun changes nothing.
+# chat completion, last-known-good, boot ledger), then deploy again to show that a rerun changes
+# nothing, and show predicted vs measured KV for the boots the lab recorded.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 echo "== deploy frank-primary on the lab"
@@ -11,3 +12,7 @@ ansible-playbook playbooks/deploy-primary.yml | tee /tmp/llm-fleet-demo-rerun.lo
 grep -E '^llm-fleet-lab-host1 +: .*changed=0 ' /tmp/llm-fleet-demo-rerun.log >/dev/null \
     || { echo "demo: the rerun changed something" >&2; exit 1; }
 echo "== rerun reported changed=0"
+if [[ -d .lab/calibration ]]; then
+    echo "== predicted vs measured KV for every boot the lab recorded (bin/llm-fleet calibration)"
+    bin/llm-fleet calibration --dir .lab/calibration
+fi
