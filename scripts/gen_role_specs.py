@@ -57,6 +57,13 @@ SHAPE_KEYS = {
     "prefix_caching": ("bool", "vLLM --enable-prefix-caching.", None),
     "tool_parser": ("str", "vLLM --tool-call-parser (enables auto tool choice).", None),
     "reasoning_parser": ("str", "vLLM --reasoning-parser.", None),
+    "speculative_config": ("dict", "vLLM --speculative-config (a drafter; its metrics get a speculative-decoding alert).", None),
+    "reasoning_control": (
+        "str",
+        "Client contract - how the chat template switches reasoning: enable_thinking, reasoning_effort or none.",
+        ["enable_thinking", "reasoning_effort", "none"],
+    ),
+    "client_base_url": ("str", "The URL clients use, for the client contract (default http://HOST:PORT/v1).", None),
     "restart_sec": ("int", "The unit's RestartSec.", None),
     "calibration": ("list", "Budget - measured vLLM boots.", None),
     "weights_per_rank": ("raw", "Budget - vLLM weights per rank.", None),

@@ -31,6 +31,19 @@ if [[ ! -x .venv/bin/python || $(cat "$stamp" 2>/dev/null) != "$want" ]]; then
     echo "$want" >"$stamp"
 fi
 
+# promtool checks the generated Prometheus config and rules. Debian ships it inside the
+# prometheus package; only the tool is unpacked, so no Prometheus server is installed or started.
+promtool=.cache/tools/promtool
+if [[ ! -x $promtool ]]; then
+    log "unpacking promtool from Debian's prometheus package"
+    scratch=$(mktemp -d)
+    (cd "$scratch" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; })
+    dpkg-deb -x "$scratch"/prometheus_*.deb "$scratch/root"
+    mkdir -p "$(dirname "$promtool")"
+    install -m 0755 "$scratch/root/usr/bin/promtool" "$promtool"
+    rm -rf "$scratch"
+fi
+
 # Make `frank.llm_fleet.*` resolve from this checkout (ansible.cfg: collections_path).
 link=.collections/ansible_collections/frank/llm_fleet
 if [[ ! -L $link ]]; then

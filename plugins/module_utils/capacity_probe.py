@@ -27,7 +27,7 @@ _WINDOW_PATTERNS = (
 )
 _PROMPT_PATTERNS = (
     re.compile(r"request \((\d+) tokens\)"),
-    re.compile(r"(?:your request has|you requested) (\d+) (?:input )?tokens"),
+    re.compile(r"(?:your request has|you requested|your prompt contains(?: at least)?) (\d+) (?:input )?tokens"),
 )
 
 

@@ -11,6 +11,9 @@ are guaranteed 400s (the engine refuses prompts larger than its window before pr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.kv_law import llamacpp_per_slot_window
 
 DEFAULT_GAP = 45_056
 COMPACTION_FRACTION = 0.85
@@ -81,3 +84,60 @@ def client_window(ceiling: int, gap: int | None = None, max_tokens: int | None =
         compaction_at=int(window * COMPACTION_FRACTION),
         worst_case_tokens=worst_case_request(window, max_tokens),
     )
+
+
+# How a chat template switches reasoning -> the request fields each harness effort maps to.
+REASONING_MAPS: dict[str, dict[str, dict[str, Any]]] = {
+    "enable_thinking": {
+        "none": {"chat_template_kwargs": {"enable_thinking": False}},
+        "low": {"chat_template_kwargs": {"enable_thinking": True}},
+        "medium": {"chat_template_kwargs": {"enable_thinking": True}},
+        "high": {"chat_template_kwargs": {"enable_thinking": True}},
+    },
+    "reasoning_effort": {
+        # Such templates cannot switch reasoning off; the lowest effort is the closest.
+        "none": {"reasoning_effort": "low"},
+        "low": {"reasoning_effort": "low"},
+        "medium": {"reasoning_effort": "medium"},
+        "high": {"reasoning_effort": "high"},
+    },
+    "none": {},
+}
+
+
+def engine_ceiling(shape: dict[str, Any]) -> int:
+    """The most tokens one request may hold, as the engine will enforce it."""
+    runtime = shape.get("runtime")
+    try:
+        if runtime == "llamacpp":
+            return llamacpp_per_slot_window(int(shape["ctx_size"]), int(shape.get("parallel", 1)), bool(shape.get("kv_unified", False)))
+        if runtime == "vllm":
+            return int(shape["max_model_len"])
+    except KeyError as exc:
+        raise ValueError(f"{exc.args[0]}: required to derive the client window of a {runtime} shape") from None
+    raise ValueError(f"runtime: expected 'llamacpp' or 'vllm', got {runtime!r}")
+
+
+def reasoning_control(shape: dict[str, Any]) -> str:
+    control = shape.get("reasoning_control") or ("enable_thinking" if shape.get("reasoning_parser") else "none")
+    if control not in REASONING_MAPS:
+        raise ValueError(f"reasoning_control: expected one of {', '.join(REASONING_MAPS)}, got {control!r}")
+    return str(control)
+
+
+def models_entry(served_id: str, shape: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """The harness's models.yml entry for one endpoint, derived from the shape alone."""
+    window = client_window(engine_ceiling(shape), shape.get("client_gap"), shape.get("client_max_tokens"))
+    control = reasoning_control(shape)
+    entry: dict[str, Any] = {
+        "id": served_id,
+        "baseUrl": base_url,
+        "contextWindow": window.context_window,
+        "maxTokens": window.max_tokens,
+        # Image input only where the engine loads a projector; text always.
+        "input": ["text", "image"] if (shape.get("projector_path") or shape.get("projector")) else ["text"],
+        "reasoning": bool(REASONING_MAPS[control]),
+    }
+    if REASONING_MAPS[control]:
+        entry["reasoningEffort"] = REASONING_MAPS[control]
+    return entry

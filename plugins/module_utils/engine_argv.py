@@ -13,6 +13,7 @@ keys: `served_id`, `bind`, `port`, `model_path` (where the engine sees the paylo
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import SizeError, parse_size
@@ -116,6 +117,9 @@ def vllm_argv(shape: dict[str, Any], entry: list[str] | None = None) -> list[str
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", str(shape["tool_parser"])]
     if shape.get("reasoning_parser"):
         argv += ["--reasoning-parser", str(shape["reasoning_parser"])]
+    if shape.get("speculative_config"):
+        # A drafter (draft model, MTP or n-gram), passed through as vLLM's JSON argument.
+        argv += ["--speculative-config", json.dumps(shape["speculative_config"], sort_keys=True, separators=(",", ":"))]
     argv += [str(arg) for arg in shape.get("extra_args") or []]
     return argv
 

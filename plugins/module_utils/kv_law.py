@@ -235,6 +235,23 @@ class LlamaCppKv:
         }
 
 
+def llamacpp_streams(ctx_size: int, parallel: int = 1, unified: bool = False) -> tuple[int, int]:
+    """(streams, cells per stream) as llama-server lays out --ctx-size over --parallel slots."""
+    if ctx_size <= 0:
+        raise KvLawError(f"ctx_size: must be positive, got {ctx_size}")
+    if parallel <= 0:
+        raise KvLawError(f"parallel: must be positive, got {parallel}")
+    n_ctx = _pad(ctx_size)
+    if unified:
+        return 1, n_ctx
+    return parallel, _pad(n_ctx // parallel)
+
+
+def llamacpp_per_slot_window(ctx_size: int, parallel: int = 1, unified: bool = False) -> int:
+    """The context one request can use: the engine's refusal boundary and the client's ceiling."""
+    return llamacpp_streams(ctx_size, parallel, unified)[1]
+
+
 def llamacpp_kv(
     geometry: ModelGeometry,
     ctx_size: int,
@@ -246,17 +263,8 @@ def llamacpp_kv(
     swa_full: bool = False,
 ) -> LlamaCppKv:
     """Price the llama.cpp cache exactly as llama-server allocates it."""
-    if ctx_size <= 0:
-        raise KvLawError(f"ctx_size: must be positive, got {ctx_size}")
-    if parallel <= 0:
-        raise KvLawError(f"parallel: must be positive, got {parallel}")
-    n_ctx = _pad(ctx_size)
-    if unified:
-        n_streams, cells = 1, n_ctx
-    else:
-        n_streams = parallel
-        cells = _pad(n_ctx // parallel)
-        n_ctx = cells * parallel
+    n_streams, cells = llamacpp_streams(ctx_size, parallel, unified)
+    n_ctx = cells * n_streams
     if geometry.sliding_window and not swa_full:
         swa_cells = min(cells, _pad(geometry.sliding_window * (parallel if unified else 1) + ubatch))
     else:

@@ -57,9 +57,16 @@ def render_bench_png(report: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def render_ledger_png(result: dict[str, Any], path: str, title: str = "") -> None:
-    """A budget result (vram_budget's as_dict) as stacked bars per device, capacity marked."""
+def render_ledger_png(result: dict[str, Any] | None, path: str, title: str = "") -> None:
+    """A budget result (vram_budget's as_dict) as stacked bars per device, capacity marked; with
+    no result, a picture that says why there is no ledger (title), so a page never shows a hole."""
     plt = _pyplot()
+    if result is None:
+        fig = plt.figure(figsize=SIZE_INCHES, dpi=DPI)
+        fig.text(0.5, 0.5, title, ha="center", va="center", wrap=True, fontsize="large")
+        fig.savefig(path, format="png")
+        plt.close(fig)
+        return
     ledger = result["ledger"]
     names: list[str] = []
     for device in ledger:

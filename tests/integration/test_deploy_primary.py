@@ -5,10 +5,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "llm-fleet-lab-host1"
@@ -143,3 +146,43 @@ def test_bench_playbook_keeps_json_table_and_plot_on_the_controller(tmp_path):
     assert stored["probe"]["parallel"]["parallel"] is True
     assert all(job["ok"] for job in stored["bench"]["jobs"])
     assert result.with_suffix(".txt").exists() and result.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_the_committed_llamacpp_series_list_is_what_the_lab_engine_exports():
+    live = observability.series_from_exposition(on_host("curl", "-s", "http://127.0.0.1:7770/metrics"))
+    committed = observability.series_from_exposition((ROOT / "observability" / "exported" / "llamacpp.metrics").read_text())
+    assert live == committed, f"recapture observability/exported/llamacpp.metrics: only live {live - committed}, only committed {committed - live}"
+
+
+def test_unit_metrics_count_a_crash_restart_for_the_alert_rules():
+    prom = "/var/lib/prometheus/node-exporter/llm_fleet_frank-primary.service.prom"
+
+    def facts():
+        on_host("systemctl", "start", "llm-fleet-unit-metrics@frank-primary.service")  # what the timer runs
+        text = on_host("cat", prom)
+        values = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+        return text, values
+
+    text, before = facts()
+    assert observability.series_from_exposition(text) == observability.UNIT_SERIES
+    assert on_host("systemctl", "is-active", "llm-fleet-unit-metrics@frank-primary.timer") == "active"
+    restarts = int(before['llm_fleet_unit_restarts_total{unit="frank-primary.service"}'])
+    on_host("systemctl", "kill", "--signal=SIGKILL", "frank-primary.service")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        _text, after = facts()
+        if (
+            int(after['llm_fleet_unit_restarts_total{unit="frank-primary.service"}']) > restarts
+            and after['llm_fleet_unit_active{unit="frank-primary.service"}'] == "1"
+        ):
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"the restart did not show in {prom}: {after}")
+    while time.monotonic() < deadline:  # serving again before the next test
+        if (
+            subprocess.run(["podman", "exec", HOST, "curl", "-sf", "http://127.0.0.1:7770/health"], capture_output=True, env=_env(), check=False).returncode
+            == 0
+        ):
+            break
+        time.sleep(1)

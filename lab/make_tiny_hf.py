@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Write a tiny random-weight llama in Hugging Face format for the lab's real vLLM.
+
+config.json, model.safetensors (bf16), a byte-level BPE tokenizer.json (the same vocabulary as
+the lab's GGUF models), tokenizer_config.json with a ChatML template, generation_config.json,
+and a payload manifest beside the directory. Deterministic (fixed seed): a rerun writes the
+same bytes, and an existing model is kept.
+
+The geometry is the one the KV law is checked against: 2 layers, 4 heads, 2 KV heads of 32 dims,
+so one token costs 2 layers x 2 heads x 32 x (K, V) x 2 B = 512 B of bf16 cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_tiny_gguf import CHATML, tokenizer
+
+NAME = "tiny-llama-hf-h4kv2d32"
+HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 128, 2, 4, 2, 256
+MAX_POSITIONS = 32768
+
+
+def bf16_bytes(array: np.ndarray) -> bytes:
+    """float32 -> bfloat16 by rounding to nearest even on the upper 16 bits."""
+    bits = array.astype(np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype("<u2").tobytes()
+
+
+def write_safetensors(tensors: dict[str, np.ndarray], path: Path) -> None:
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    blobs = []
+    offset = 0
+    for name in sorted(tensors):
+        blob = bf16_bytes(tensors[name])
+        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(raw)))
+        handle.write(raw)
+        for blob in blobs:
+            handle.write(blob)
+
+
+def tokenizer_json(tokens: list[str], merges: list[str], specials: list[str]) -> dict[str, object]:
+    normal = [t for t in tokens if t not in specials]
+    vocab = {token: index for index, token in enumerate(normal)}
+    added = [
+        {"id": len(normal) + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+        for i, s in enumerate(specials)
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+
+
+def write_model(out: Path) -> None:
+    rng = np.random.default_rng(20261129)
+    tokens, _types, merges = tokenizer()
+    specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+    vocab_size = len(tokens)
+    head_dim = HIDDEN // HEADS
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+
+    def weight(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32) * 0.02
+
+    tensors = {
+        "model.embed_tokens.weight": weight(vocab_size, HIDDEN),
+        "model.norm.weight": np.ones(HIDDEN, np.float32),
+        "lm_head.weight": weight(vocab_size, HIDDEN),
+    }
+    for layer in range(LAYERS):
+        p = f"model.layers.{layer}"
+        tensors.update(
+            {
+                f"{p}.input_layernorm.weight": np.ones(HIDDEN, np.float32),
+                f"{p}.post_attention_layernorm.weight": np.ones(HIDDEN, np.float32),
+                f"{p}.self_attn.q_proj.weight": weight(HEADS * head_dim, HIDDEN),
+                f"{p}.self_attn.k_proj.weight": weight(KV_HEADS * head_dim, HIDDEN),
+                f"{p}.self_attn.v_proj.weight": weight(KV_HEADS * head_dim, HIDDEN),
+                f"{p}.self_attn.o_proj.weight": weight(HIDDEN, HEADS * head_dim),
+                f"{p}.mlp.gate_proj.weight": weight(FFN, HIDDEN),
+                f"{p}.mlp.up_proj.weight": weight(FFN, HIDDEN),
+                f"{p}.mlp.down_proj.weight": weight(HIDDEN, FFN),
+            }
+        )
+    write_safetensors(tensors, tmp / "model.safetensors")
+    bos, eos = vocab_size - 1, vocab_size - 2  # <|endoftext|>, <|im_end|>
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": FFN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": MAX_POSITIONS,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab_size,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+    }
+    files = {
+        "config.json": config,
+        "generation_config.json": {"bos_token_id": bos, "eos_token_id": eos},
+        "tokenizer.json": tokenizer_json(tokens, merges, specials),
+        "tokenizer_config.json": {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<|endoftext|>",
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+            "model_max_length": MAX_POSITIONS,
+            "chat_template": CHATML,
+        },
+    }
+    for name, content in files.items():
+        (tmp / name).write_text(json.dumps(content, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, out)
+
+
+def write_manifest(model_dir: Path) -> None:
+    """The payload manifest hf_payload_gate verifies, pinned to a hash of the content."""
+    entries = []
+    digest = hashlib.sha1()
+    for path in sorted(model_dir.iterdir()):
+        data = path.read_bytes()
+        digest.update(path.name.encode() + data)
+        entries.append({"path": path.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "lfs": path.suffix == ".safetensors"})
+    manifest = {"repo_id": f"lab/{model_dir.name}", "revision": digest.hexdigest(), "repo_type": "model", "files": entries}
+    target = model_dir.with_name(model_dir.name + ".manifest.json")
+    text = json.dumps(manifest, indent=2) + "\n"
+    if not target.exists() or target.read_text() != text:
+        target.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--force", action="store_true", help="rewrite the model if it exists")
+    args = parser.parse_args(argv)
+    model_dir = args.out_dir / NAME
+    if args.force or not model_dir.exists():
+        write_model(model_dir)
+        size = sum(p.stat().st_size for p in model_dir.iterdir())
+        print(f"[lab] wrote {model_dir} ({size:,} bytes)", file=sys.stderr)
+    write_manifest(model_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Observability generated from the shape: Prometheus scrape jobs and alert rules, Grafana
+dashboards, and the check that every series they name is one the runtime really exports.
+
+A runtime's exported series come from a captured /metrics exposition (observability/series/),
+not from memory: the llama.cpp list is the lab llama-server's own /metrics, and the check fails
+on any rule or panel that names a series outside the list of the runtime actually deployed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# Series every runtime has: Prometheus' own `up`, and the unit facts the endpoint role's
+# textfile timer writes (roles/endpoint/files/unit_metrics.py) for node_exporter to serve.
+UNIT_SERIES = frozenset({"llm_fleet_unit_restarts_total", "llm_fleet_unit_active", "llm_fleet_unit_start_time_seconds"})
+SYNTHETIC_SERIES = frozenset({"up"})
+
+PROMQL_KEYWORDS = frozenset({"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "inf", "nan"})
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_BRACES = re.compile(r"\{[^}]*\}")
+_RANGE = re.compile(r"\[[^\]]*\]")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_IDENT = re.compile(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?")
+
+
+def series_in_expr(expr: str) -> set[str]:
+    """Metric names a PromQL expression selects (functions, keywords and labels excluded)."""
+    text = _STRING.sub('""', expr)
+    text = _BRACES.sub(" ", text)
+    text = _RANGE.sub(" ", text)
+    text = _GROUPING.sub(" ", text)
+    names = set()
+    for match in _IDENT.finditer(text):
+        name, call = match.group(1), match.group(2)
+        if call or name.lower() in PROMQL_KEYWORDS:
+            continue
+        names.add(name)
+    return names
+
+
+def series_from_exposition(text: str) -> set[str]:
+    """Every series name a /metrics exposition lets PromQL select: sample names, plus the names a
+    declared type implies before its first sample appears (counters' _total, histograms' parts)."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("# TYPE "):
+            parts = line.split()
+            if len(parts) < 4:
+                continue
+            name, kind = parts[2], parts[3]
+            if kind == "counter":
+                names.add(name if name.endswith("_total") else f"{name}_total")
+            elif kind in ("histogram", "summary"):
+                names.update({f"{name}_count", f"{name}_sum"} | ({f"{name}_bucket"} if kind == "histogram" else {name}))
+            else:
+                names.add(name)
+            continue
+        if line.startswith("#"):
+            continue
+        names.add(re.split(r"[{\s]", line, maxsplit=1)[0])
+    return names
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    alert: str
+    expr: str  # {sel} is the endpoint's selector, {unit} its systemd unit
+    duration: str
+    severity: str
+    summary: str
+    when: str = "always"  # always | drafter
+
+
+# Alert rules per runtime. Each names only series of its runtime's namespace; the generator
+# keeps a rule only when every series it names is exported, and says which it dropped.
+RULES: dict[str, tuple[RuleSpec, ...]] = {
+    "common": (
+        RuleSpec("EndpointDown", "up{sel} == 0", "2m", "critical", "{name} does not answer /metrics: the endpoint is down"),
+        RuleSpec(
+            "UnitCrashLooping",
+            'increase(llm_fleet_unit_restarts_total{{unit="{unit}"}}[15m]) > 2',
+            "0m",
+            "critical",
+            "{name}: systemd restarted {unit} more than twice in 15 minutes",
+        ),
+        RuleSpec("UnitNotActive", 'llm_fleet_unit_active{{unit="{unit}"}} == 0', "2m", "critical", "{name}: {unit} is not active"),
+    ),
+    "llamacpp": (
+        RuleSpec("RequestsQueueing", "llamacpp:requests_deferred{sel} > 0", "5m", "warning", "{name}: requests wait for a free slot"),
+        RuleSpec(
+            "SpeculativeDecodingOff",
+            "rate(llamacpp:tokens_predicted_total{sel}[10m]) > 0 and rate(llamacpp:spec_decode_num_drafts_total{sel}[10m]) == 0",
+            "10m",
+            "warning",
+            "{name}: generating without drafts although the shape has a drafter",
+            "drafter",
+        ),
+    ),
+    "vllm": (
+        RuleSpec("RequestsQueueing", "vllm:num_requests_waiting{sel} > 0", "5m", "warning", "{name}: requests wait for the scheduler"),
+        RuleSpec("KvPoolNearlyFull", "vllm:kv_cache_usage_perc{sel} > 0.95", "10m", "warning", "{name}: the KV pool is over 95% used"),
+        RuleSpec(
+            "SpeculativeDecodingOff",
+            "rate(vllm:generation_tokens_total{sel}[10m]) > 0 and rate(vllm:spec_decode_num_drafts_total{sel}[10m]) == 0",
+            "10m",
+            "warning",
+            "{name}: generating without drafts although the shape has a drafter",
+            "drafter",
+        ),
+    ),
+}
+
+
+def has_drafter(shape: dict[str, Any]) -> bool:
+    return bool(shape.get("drafter_path") or shape.get("drafter") or shape.get("speculative_config"))
+
+
+def unit_name(endpoint: str) -> str:
+    return f"{endpoint}.service"
+
+
+def alert_group(endpoint: str, shape: dict[str, Any], exported: set[str]) -> tuple[dict[str, Any], list[str]]:
+    """(one Prometheus rule group for the endpoint, notes on rules left out and why)."""
+    runtime = str(shape.get("runtime"))
+    if runtime not in RULES:
+        raise ValueError(f"runtime: expected 'llamacpp' or 'vllm', got {runtime!r}")
+    selector = f'{{job="{endpoint}"}}'
+    rules, notes = [], []
+    for spec in RULES["common"] + RULES[runtime]:
+        if spec.when == "drafter" and not has_drafter(shape):
+            continue
+        expr = spec.expr.format(sel=selector, unit=unit_name(endpoint))
+        missing = sorted(series_in_expr(expr) - exported - UNIT_SERIES - SYNTHETIC_SERIES)
+        if missing:
+            notes.append(f"{endpoint}: {spec.alert} left out: {runtime} does not export {', '.join(missing)}")
+            continue
+        rules.append(
+            {
+                "alert": f"{_camel(endpoint)}{spec.alert}",
+                "expr": expr,
+                "for": spec.duration,
+                "labels": {"severity": spec.severity, "endpoint": endpoint, "runtime": runtime},
+                "annotations": {"summary": spec.summary.format(name=endpoint, unit=unit_name(endpoint))},
+            }
+        )
+    return {"name": f"llm-fleet-{endpoint}", "rules": rules}, notes
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[-_]", name))
+
+
+def scrape_job(endpoint: str, shape: dict[str, Any], address: str) -> dict[str, Any]:
+    """The endpoint's own /metrics (llama.cpp needs --metrics, which the roles always pass)."""
+    return {
+        "job_name": endpoint,
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": [f"{address}:{shape['port']}"], "labels": {"endpoint": endpoint, "runtime": str(shape["runtime"])}}],
+    }
+
+
+def node_job(addresses: list[str], port: int = 9100) -> dict[str, Any]:
+    """node_exporter on the endpoint hosts: it serves the unit facts from the textfile directory."""
+    return {"job_name": "llm-fleet-node", "static_configs": [{"targets": sorted(f"{a}:{port}" for a in set(addresses))}]}
+
+
+def check_rule_groups(groups: list[dict[str, Any]], exported_by_runtime: dict[str, set[str]]) -> list[str]:
+    """Problems: every rule's series must be exported by the runtime its labels name."""
+    problems = []
+    for group in groups:
+        for rule in group.get("rules", []):
+            runtime = (rule.get("labels") or {}).get("runtime")
+            if runtime not in exported_by_runtime:
+                problems.append(f"{group['name']}/{rule.get('alert')}: no exported series list for runtime {runtime!r}")
+                continue
+            missing = sorted(series_in_expr(rule["expr"]) - exported_by_runtime[runtime] - UNIT_SERIES - SYNTHETIC_SERIES)
+            if missing:
+                problems.append(f"{group['name']}/{rule.get('alert')}: names series {runtime} does not export: {', '.join(missing)}")
+    return problems
+
+
+# --- Grafana ----------------------------------------------------------------------------------
+
+# (title, [(expr, legend)], unit). {sel} selects the dashboard's chosen endpoints.
+PANELS: dict[str, tuple[tuple[str, tuple[tuple[str, str], ...], str], ...]] = {
+    "common": (
+        ("Up", (("up{sel}", "{{job}}"),), "none"),
+        ("Unit restarts (15m)", (('increase(llm_fleet_unit_restarts_total{unit=~"$endpoint.service"}[15m])', "{{unit}}"),), "none"),
+    ),
+    "llamacpp": (
+        (
+            "Requests processing / deferred",
+            (("llamacpp:requests_processing{sel}", "{{job}} processing"), ("llamacpp:requests_deferred{sel}", "{{job}} deferred")),
+            "none",
+        ),
+        ("Generation tokens/s", (("rate(llamacpp:tokens_predicted_total{sel}[1m])", "{{job}}"),), "none"),
+        ("Prompt tokens/s (excluding cache)", (("rate(llamacpp:prompt_tokens_total{sel}[1m])", "{{job}}"),), "none"),
+        ("Prompt tokens reused from cache/s", (("rate(llamacpp:prompt_tokens_cached_total{sel}[1m])", "{{job}}"),), "none"),
+        ("Busy slots per decode", (("llamacpp:n_busy_slots_per_decode{sel}", "{{job}}"),), "none"),
+        ("Largest sequence (tokens)", (("llamacpp:n_tokens_max{sel}", "{{job}}"),), "none"),
+        (
+            "Draft acceptance",
+            (("rate(llamacpp:spec_decode_num_accepted_tokens_total{sel}[5m]) / rate(llamacpp:spec_decode_num_draft_tokens_total{sel}[5m])", "{{job}}"),),
+            "percentunit",
+        ),
+    ),
+    "vllm": (
+        ("Requests running / waiting", (("vllm:num_requests_running{sel}", "{{job}} running"), ("vllm:num_requests_waiting{sel}", "{{job}} waiting")), "none"),
+        ("KV pool used", (("vllm:kv_cache_usage_perc{sel}", "{{job}}"),), "percentunit"),
+        ("Generation tokens/s", (("rate(vllm:generation_tokens_total{sel}[1m])", "{{job}}"),), "none"),
+        ("Prompt tokens/s", (("rate(vllm:prompt_tokens_total{sel}[1m])", "{{job}}"),), "none"),
+        (
+            "Time to first token p50 / p95",
+            (
+                ("histogram_quantile(0.5, sum by (le, job) (rate(vllm:time_to_first_token_seconds_bucket{sel}[5m])))", "{{job}} p50"),
+                ("histogram_quantile(0.95, sum by (le, job) (rate(vllm:time_to_first_token_seconds_bucket{sel}[5m])))", "{{job}} p95"),
+            ),
+            "s",
+        ),
+        (
+            "Prefix cache hit rate",
+            (("rate(vllm:prefix_cache_hits_total{sel}[5m]) / rate(vllm:prefix_cache_queries_total{sel}[5m])", "{{job}}"),),
+            "percentunit",
+        ),
+        ("Preemptions/s", (("rate(vllm:num_preemptions_total{sel}[5m])", "{{job}}"),), "none"),
+        (
+            "Draft acceptance",
+            (("rate(vllm:spec_decode_num_accepted_tokens_total{sel}[5m]) / rate(vllm:spec_decode_num_draft_tokens_total{sel}[5m])", "{{job}}"),),
+            "percentunit",
+        ),
+    ),
+}
+
+
+def dashboard(runtime: str, endpoints: list[str], exported: set[str]) -> tuple[dict[str, Any], list[str]]:
+    """A Grafana dashboard for the endpoints of one runtime: panels only for exported series."""
+    if runtime not in PANELS:
+        raise ValueError(f"runtime: expected 'llamacpp' or 'vllm', got {runtime!r}")
+    selector = '{job=~"$endpoint"}'
+    panels: list[dict[str, Any]] = []
+    notes = []
+    for title, queries, unit in PANELS["common"] + PANELS[runtime]:
+        targets = [{"expr": expr.replace("{sel}", selector), "legendFormat": legend, "refId": chr(ord("A") + i)} for i, (expr, legend) in enumerate(queries)]
+        missing = sorted(set().union(*(series_in_expr(t["expr"]) for t in targets)) - exported - UNIT_SERIES - SYNTHETIC_SERIES)
+        if missing:
+            notes.append(f"{runtime} dashboard: panel {title!r} left out: not exported: {', '.join(missing)}")
+            continue
+        index = len(panels)
+        panels.append(
+            {
+                "id": index + 1,
+                "type": "timeseries",
+                "title": title,
+                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "gridPos": {"h": 8, "w": 12, "x": (index % 2) * 12, "y": (index // 2) * 8},
+                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+                "targets": targets,
+            }
+        )
+    board = {
+        "title": f"frank.llm_fleet - {runtime} endpoints",
+        "uid": f"llm-fleet-{runtime}",
+        "tags": ["llm-fleet", runtime],
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
+        "templating": {
+            "list": [
+                {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"},
+                {
+                    "name": "endpoint",
+                    "type": "custom",
+                    "label": "Endpoint",
+                    "multi": True,
+                    "includeAll": True,
+                    "query": ",".join(sorted(endpoints)),
+                    "current": {"text": "All", "value": "$__all"},
+                    "options": [{"text": name, "value": name, "selected": False} for name in sorted(endpoints)],
+                },
+            ]
+        },
+        "panels": panels,
+    }
+    return board, notes
+
+
+def check_dashboard(board: dict[str, Any], runtime: str, exported: set[str]) -> list[str]:
+    problems = []
+    for panel in board.get("panels", []):
+        for target in panel.get("targets", []):
+            missing = sorted(series_in_expr(target["expr"]) - exported - UNIT_SERIES - SYNTHETIC_SERIES)
+            if missing:
+                problems.append(f"{board.get('uid')}/{panel.get('title')}: names series {runtime} does not export: {', '.join(missing)}")
+    return problems

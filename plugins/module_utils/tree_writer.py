@@ -1,0 +1,72 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Write a generated tree idempotently: only files whose bytes change are replaced (atomically),
+a unified diff shows each text change, check mode writes nothing, and files a previous run
+generated under the managed directories but this run did not are removed."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TreeReport:
+    changed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    diffs: list[str] = field(default_factory=list)
+
+
+def _replace(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _diff(relative: str, old: bytes | None, new: bytes) -> str:
+    try:
+        old_text = (old or b"").decode("utf-8").splitlines(keepends=True)
+        new_text = new.decode("utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return f"Binary file {relative} {'created' if old is None else 'changed'}\n"
+    before = "/dev/null" if old is None else f"a/{relative}"
+    return "".join(difflib.unified_diff(old_text, new_text, before, f"b/{relative}"))
+
+
+def write_tree(dest: str, files: dict[str, bytes], managed: tuple[str, ...] = (), check: bool = False) -> TreeReport:
+    report = TreeReport()
+    for relative in sorted(files):
+        path = os.path.join(dest, relative)
+        old = None
+        if os.path.exists(path):
+            with open(path, "rb") as handle:
+                old = handle.read()
+        if old == files[relative]:
+            report.unchanged.append(relative)
+            continue
+        report.changed.append(relative)
+        report.diffs.append(_diff(relative, old, files[relative]))
+        if not check:
+            _replace(path, files[relative])
+    for prefix in managed:
+        root = os.path.join(dest, prefix)
+        for directory, _dirs, names in os.walk(root):
+            for name in names:
+                relative = os.path.relpath(os.path.join(directory, name), dest)
+                if relative not in files:
+                    report.removed.append(relative)
+                    if not check:
+                        os.unlink(os.path.join(dest, relative))
+    return report

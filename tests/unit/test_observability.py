@@ -1,0 +1,241 @@
+"""Observability, the client contract and the runbooks follow the inventory."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
+from ansible_collections.frank.llm_fleet.plugins.module_utils.fleet_artifacts import exported_series
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMTOOL = ROOT / ".cache" / "tools" / "promtool"
+EXPORTED = exported_series(str(ROOT / "observability" / "exported"))
+
+
+def generate(inventory, out, *extra):
+    argv = [sys.executable, str(ROOT / "bin" / "llm-fleet"), "generate", "-i", str(inventory), "-o", str(out), *extra]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+
+
+@pytest.fixture
+def inventory(tmp_path):
+    """A copy of the production inventory the test may edit."""
+    copy = tmp_path / "production"
+    shutil.copytree(ROOT / "inventories" / "production", copy)
+    return copy
+
+
+def edit_shape(inventory, role, **changes):
+    path = inventory / "group_vars" / f"{role}.yml"
+    data = yaml.safe_load(path.read_text())
+    data[f"{role}_shape"].update(changes)
+    for key in [k for k, v in changes.items() if v is None]:
+        del data[f"{role}_shape"][key]
+    path.write_text(yaml.safe_dump(data))
+
+
+def rules_of(out, endpoint):
+    return yaml.safe_load((out / "prometheus" / "rules" / f"{endpoint}.rules.yml").read_text())["groups"][0]["rules"]
+
+
+def series_of(rules):
+    return set().union(*(observability.series_in_expr(rule["expr"]) for rule in rules))
+
+
+def test_series_in_expr_reads_names_not_functions_labels_or_keywords():
+    expr = 'rate(vllm:generation_tokens_total{job="a", le="0.5"}[10m]) > 0 and on(job) sum by (le) (vllm:x_bucket{job=~"a|b"}) == bool 0'
+    assert observability.series_in_expr(expr) == {"vllm:generation_tokens_total", "vllm:x_bucket"}
+    assert observability.series_in_expr("up == 0") == {"up"}
+
+
+def test_exposition_series_include_what_types_imply():
+    text = '# TYPE vllm:a counter\n# TYPE vllm:h histogram\n# TYPE vllm:g gauge\nvllm:g{x="1"} 2\nllamacpp:b_total 3\n'
+    assert observability.series_from_exposition(text) == {"vllm:a_total", "vllm:h_bucket", "vllm:h_sum", "vllm:h_count", "vllm:g", "llamacpp:b_total"}
+
+
+def test_captured_lists_hold_the_series_the_rules_rely_on():
+    assert {"llamacpp:requests_deferred", "llamacpp:spec_decode_num_drafts_total", "llamacpp:tokens_predicted_total"} <= EXPORTED["llamacpp"]
+    assert {"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:spec_decode_num_drafts_total"} <= EXPORTED["vllm"]
+    # The old vLLM name the fleet's hand-written rules once used is gone from the real engine.
+    assert "vllm:gpu_cache_usage_perc" not in EXPORTED["vllm"]
+    assert not any(name.startswith("vllm:") for name in EXPORTED["llamacpp"])
+
+
+def test_a_rule_naming_a_series_the_runtime_does_not_export_fails_the_check():
+    group, _notes = observability.alert_group("frank-primary", {"runtime": "vllm", "port": 7770}, EXPORTED["vllm"])
+    assert observability.check_rule_groups([group], EXPORTED) == []
+    group["rules"].append({"alert": "Stale", "expr": "vllm:gpu_cache_usage_perc > 0.9", "labels": {"runtime": "vllm"}})
+    assert observability.check_rule_groups([group], EXPORTED) == ["llm-fleet-frank-primary/Stale: names series vllm does not export: vllm:gpu_cache_usage_perc"]
+    # Namespaces do not mix: a llama.cpp series on a vLLM endpoint is as wrong.
+    group["rules"][-1]["expr"] = "llamacpp:requests_deferred > 0"
+    assert "llamacpp:requests_deferred" in observability.check_rule_groups([group], EXPORTED)[0]
+
+
+def test_rules_that_need_an_unexported_series_are_left_out_and_named():
+    without_kv = EXPORTED["vllm"] - {"vllm:kv_cache_usage_perc"}
+    group, notes = observability.alert_group("frank-primary", {"runtime": "vllm", "port": 7770}, without_kv)
+    assert "FrankPrimaryKvPoolNearlyFull" not in [r["alert"] for r in group["rules"]]
+    assert notes == ["frank-primary: KvPoolNearlyFull left out: vllm does not export vllm:kv_cache_usage_perc"]
+
+
+def test_dashboard_panels_only_for_exported_series():
+    board, notes = observability.dashboard("vllm", ["frank-primary"], EXPORTED["vllm"] - {"vllm:num_preemptions_total"})
+    titles = [p["title"] for p in board["panels"]]
+    assert "Preemptions/s" not in titles and any("Preemptions" in n for n in notes)
+    assert observability.check_dashboard(board, "vllm", EXPORTED["vllm"]) == []
+    assert observability.check_dashboard(board, "llamacpp", EXPORTED["llamacpp"])  # wrong namespace is caught
+
+
+def test_changing_the_runtime_moves_rules_and_dashboard_to_the_other_namespace(inventory, tmp_path):
+    out = tmp_path / "out"
+    assert generate(inventory, out).returncode == 0
+    before = series_of(rules_of(out, "frank-primary"))
+    assert any(s.startswith("vllm:") for s in before) and not any(s.startswith("llamacpp:") for s in before)
+    assert "frank-primary" in json.loads((out / "grafana" / "vllm.json").read_text())["templating"]["list"][1]["query"]
+    edit_shape(inventory, "frank_primary", runtime="llamacpp", launch="native", model_file="model.gguf", ctx_size=401408, parallel=2)
+    proc = generate(inventory, out)
+    assert proc.returncode == 0, proc.stderr
+    after = series_of(rules_of(out, "frank-primary"))
+    assert any(s.startswith("llamacpp:") for s in after) and not any(s.startswith("vllm:") for s in after)
+    assert all(r["labels"]["runtime"] == "llamacpp" for r in rules_of(out, "frank-primary"))
+    # No vLLM endpoint is left: its dashboard is removed, and the llama.cpp one lists frank-primary.
+    assert not (out / "grafana" / "vllm.json").exists() and "removed: grafana/vllm.json" in proc.stdout
+    board = json.loads((out / "grafana" / "llamacpp.json").read_text())
+    assert "frank-primary" in board["templating"]["list"][1]["query"]
+    assert not any("vllm:" in t["expr"] for p in board["panels"] for t in p["targets"])
+
+
+def test_models_window_follows_a_context_change_by_the_law(inventory, tmp_path):
+    out = tmp_path / "out"
+    assert generate(inventory, out).returncode == 0
+    model = yaml.safe_load((out / "client" / "frank-primary.models.yml").read_text())["models"][0]
+    assert (model["contextWindow"], model["maxTokens"]) == (155_648, 45_056)  # ceiling 200,704 - gap 45,056
+    assert model["input"] == ["text"] and model["reasoningEffort"]["none"] == {"chat_template_kwargs": {"enable_thinking": False}}
+    edit_shape(inventory, "frank_primary", max_model_len=262_144)
+    proc = generate(inventory, out, "--diff")
+    assert proc.returncode == 0
+    assert "-    contextWindow: 155648\n+    contextWindow: 217088\n" in proc.stdout  # 262,144 - 45,056
+    assert "changed: client/frank-primary.models.yml" in proc.stdout
+    rerun = generate(inventory, out)
+    assert "0 changed" in rerun.stderr and "changed:" not in rerun.stdout
+
+
+def test_llamacpp_window_is_the_per_slot_window_and_a_projector_adds_images(inventory, tmp_path):
+    out = tmp_path / "out"
+    assert generate(inventory, out).returncode == 0
+    secondary = yaml.safe_load((out / "client" / "frank-secondary.models.yml").read_text())["models"][0]
+    # 401,408 over 2 slots = 200,704 per request -> 155,648; the vision projector means images.
+    assert secondary["contextWindow"] == 155_648 and secondary["input"] == ["text", "image"]
+    assert secondary["baseUrl"] == "http://dankclaw:7771/v1"
+
+
+def test_models_dir_and_check_mode(inventory, tmp_path):
+    out, models = tmp_path / "out", tmp_path / "harness"
+    proc = generate(inventory, out, "--models-dir", str(models), "--check")
+    assert proc.returncode == 0 and "would change: frank-primary.models.yml" in proc.stdout
+    assert not out.exists() and not models.exists()
+    assert generate(inventory, out, "--models-dir", str(models)).returncode == 0
+    assert sorted(p.name for p in models.iterdir()) == ["frank-large.models.yml", "frank-primary.models.yml", "frank-secondary.models.yml"]
+    assert not (out / "client").exists()
+
+
+@pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool is installed by `make setup`")
+def test_promtool_accepts_the_generated_config_and_rules(tmp_path):
+    for inventory in ("inventories/production", "inventories/lab"):
+        out = tmp_path / Path(inventory).name
+        proc = generate(ROOT / inventory, out, "--calibration-dir", str(tmp_path / "none"))
+        assert proc.returncode == 0, proc.stderr
+        check = subprocess.run([str(PROMTOOL), "check", "config", str(out / "prometheus" / "prometheus.yml")], capture_output=True, text=True, check=False)
+        assert check.returncode == 0, check.stdout + check.stderr
+        rules = sorted(str(p) for p in (out / "prometheus" / "rules").glob("*.yml"))
+        check = subprocess.run([str(PROMTOOL), "check", "rules", *rules], capture_output=True, text=True, check=False)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool is installed by `make setup`")
+def test_promtool_fires_the_alerts_on_synthetic_series(tmp_path):
+    out = tmp_path / "out"
+    assert generate(ROOT / "inventories" / "production", out, "--calibration-dir", str(tmp_path / "none")).returncode == 0
+    tests = {
+        "rule_files": [str(out / "prometheus" / "rules" / "frank-primary.rules.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": 'vllm:num_requests_waiting{job="frank-primary"}', "values": "3x10"},
+                    {"series": 'llm_fleet_unit_restarts_total{unit="frank-primary.service"}', "values": "0 1 2 3 4 5 6 7 8 9 10"},
+                    {"series": 'up{job="frank-primary"}', "values": "1 1 0 0 0 0 0 0 0 0 0"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": "FrankPrimaryRequestsQueueing", "exp_alerts": []},
+                    {
+                        "eval_time": "6m",
+                        "alertname": "FrankPrimaryRequestsQueueing",
+                        "exp_alerts": [_alert("warning", "frank-primary: requests wait for the scheduler", job="frank-primary")],
+                    },
+                    {
+                        "eval_time": "8m",
+                        "alertname": "FrankPrimaryUnitCrashLooping",
+                        "exp_alerts": [_alert("critical", CRASH_LOOP, unit="frank-primary.service")],
+                    },
+                    {"eval_time": "3m", "alertname": "FrankPrimaryEndpointDown", "exp_alerts": []},
+                    {
+                        "eval_time": "5m",
+                        "alertname": "FrankPrimaryEndpointDown",
+                        "exp_alerts": [_alert("critical", "frank-primary does not answer /metrics: the endpoint is down", job="frank-primary")],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "alerts.test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    proc = subprocess.run([str(PROMTOOL), "test", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+CRASH_LOOP = "frank-primary: systemd restarted frank-primary.service more than twice in 15 minutes"
+
+
+def _alert(severity, summary, **series_labels):
+    labels = {"severity": severity, "endpoint": "frank-primary", "runtime": "vllm", **series_labels}
+    return {"exp_labels": labels, "exp_annotations": {"summary": summary}}
+
+
+def test_docs_are_current_and_the_index_links_every_page():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_docs.py"), "--check"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = {(ROOT / "docs" / target).resolve() for target in re.findall(r"\]\(([^)]+\.md)\)", index)}
+    pages = {p.resolve() for p in (ROOT / "docs").rglob("*.md") if p.name != "index.md"}
+    pages |= {p.resolve() for p in (ROOT / "roles").glob("*/README.md")}
+    assert pages - linked == set()
+    assert all(p.exists() for p in linked)
+
+
+@pytest.mark.parametrize("endpoint", ["frank-primary", "frank-secondary", "frank-large"])
+def test_each_production_runbook_renders_with_its_picture(endpoint):
+    page = (ROOT / "docs" / "fleet" / "runbooks" / f"{endpoint}.md").read_text()
+    assert f"# Runbook: {endpoint}" in page and f"rollback.yml -i inventories/production -e endpoint={endpoint}" in page
+    picture = re.search(r"!\[[^\]]*\]\(([^)]+\.png)\)", page).group(1)
+    with Image.open(ROOT / "docs" / "fleet" / "runbooks" / picture) as image:
+        image.load()
+        assert image.format == "PNG" and image.size == (1000, 600)
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
+    # Not blank: many colours (text antialiasing, bars), and white does not cover everything.
+    assert len(colours) > 20 and max(colours)[0] < 1000 * 600
+
+
+def test_the_priced_runbook_picture_shows_the_ledger_bars():
+    with Image.open(ROOT / "docs" / "fleet" / "runbooks" / "frank-primary-ledger.png") as image:
+        colours = dict((c, n) for n, c in image.convert("RGB").getcolors(maxcolors=1 << 16))
+    # matplotlib's first two cycle colours: the weights and kv_pool terms of both ranks.
+    assert colours.get((31, 119, 180), 0) > 2000 and colours.get((255, 127, 14), 0) > 2000
