@@ -2,7 +2,7 @@
 """Generate the per-endpoint roles (frank_primary, frank_secondary, frank_large) from one source.
 
 The three roles differ only in identity; their mechanics live in roles/endpoint. This script
-writes each role's defaults, tasks, meta and argument_specs (with every shape key declared, so a
+writes each role's defaults, tasks (main: deploy; bench and probe: measure), meta and argument_specs (with every shape key declared, so a
 typo in an inventory fails at the start of the play). `--check` exits 1 when a committed file
 differs from what it would write (the unit tests run it).
 """
@@ -133,6 +133,18 @@ def render(role: str) -> dict[str, str]:
     tasks.append(f'    endpoint_name: "{{{{ {role}_name }}}}"')
     tasks.append(f'    endpoint_shape: "{{{{ {role}_shape_defaults | combine({role}_shape) }}}}"')
     tasks += [f'    endpoint_{key}: "{{{{ {role}_{key} }}}}"' for key, *_rest in ROLE_VARS if key != "shape"]
+    measuring = {}
+    for entry, what in (("bench", "Bench and probe"), ("probe", "Smoke-probe")):
+        measuring[entry] = [
+            "---",
+            f"- name: {what} {name}",
+            "  ansible.builtin.import_role:",
+            "    name: frank.llm_fleet.endpoint",
+            f"    tasks_from: {entry}.yml",
+            "  vars:",
+            f'    endpoint_name: "{{{{ {role}_name }}}}"',
+            f'    endpoint_shape: "{{{{ {role}_shape_defaults | combine({role}_shape) }}}}"',
+        ]
     meta = [
         "---",
         "galaxy_info:",
@@ -184,6 +196,8 @@ def render(role: str) -> dict[str, str]:
     return {
         f"{base}/defaults/main.yml": "\n".join(defaults) + "\n",
         f"{base}/tasks/main.yml": "\n".join(tasks) + "\n",
+        f"{base}/tasks/bench.yml": "\n".join(measuring["bench"]) + "\n",
+        f"{base}/tasks/probe.yml": "\n".join(measuring["probe"]) + "\n",
         f"{base}/meta/main.yml": "\n".join(meta) + "\n",
         f"{base}/meta/argument_specs.yml": "\n".join(spec) + "\n",
     }
