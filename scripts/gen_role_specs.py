@@ -105,7 +105,7 @@ ROLE_VARS = [
     ("model_root", "str", "Where the engine sees the payload (default /models in a container, payload_dir natively).", False, '""'),
     ("image", "str", "Engine image repository and tag (launch podman).", False, '""'),
     ("image_digest", "str", "The pinned image digest, sha256:... (launch podman).", False, '""'),
-    ("container", "dict", "Container knobs - runtime, cgroups, ulimits, gpu_vendor, gpu_devices, shm_size, cache_dir, network, extra_args.", False, "{}"),
+    ("container", "dict", "Container knobs - runtime, cgroups, ulimits, gpu_vendor, gpu_devices, ipc, shm_size, cache_dir, network, extra_args.", False, "{}"),
     ("binary", "str", "The engine binary (launch native).", False, "/usr/bin/llama-server"),
     ("user", "str", "Service user for a native engine.", False, '""'),
     ("unit_extra", "dict", "Further [Service] directives.", False, "{}"),

@@ -10,6 +10,8 @@ false when any rule fails, and the failures name the device, the term and the ov
 from __future__ import annotations
 
 import bisect
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,13 +185,22 @@ def _devices(shape: dict[str, Any]) -> list[DeviceLedger]:
 
 
 def _load_geometry(shape: dict[str, Any], key: str, loader: Callable[[str], GGUFHeader]) -> kv_law.ModelGeometry | None:
-    """A model geometry from a GGUF path (`key`) or explicit `<key>_geometry` dict."""
+    """A model geometry from a GGUF path or a Hugging Face model directory (`key`), or an explicit
+    `<key>_geometry` dict."""
     explicit = shape.get(f"{key}_geometry")
     if explicit:
         return geometry_from_dict(explicit, f"{key}_geometry")
     path = shape.get(key)
     if not path:
         return None
+    config = os.path.join(str(path), "config.json") if os.path.isdir(str(path)) else str(path)
+    if config.endswith(".json"):
+        # A Hugging Face model directory (vLLM): the geometry is in its config.
+        try:
+            with open(config, encoding="utf-8") as handle:
+                return kv_law.geometry_from_hf_config(json.load(handle), config)
+        except (OSError, ValueError) as exc:
+            raise ShapeError(f"{key}: cannot read the model's config {config}: {exc}") from None
     return kv_law.geometry_from_header(loader(str(path)))
 
 

@@ -183,6 +183,33 @@ def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None =
     )
 
 
+def geometry_from_hf_config(config: dict[str, Any], source: str = "config.json") -> ModelGeometry:
+    """The cache geometry vLLM derives from a Hugging Face config: attention layers x KV heads x
+    head dim (layer_types marks sliding-window and linear-attention layers where a model has them)."""
+    text = config.get("text_config") or config  # multimodal configs nest the language model's
+    try:
+        n_layer = int(text["num_hidden_layers"])
+        n_head = int(text["num_attention_heads"])
+    except (KeyError, TypeError, ValueError):
+        raise KvLawError(f"{source}: num_hidden_layers and num_attention_heads are required to price the cache") from None
+    n_head_kv = int(text.get("num_key_value_heads") or n_head)
+    head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // n_head)
+    kinds = text.get("layer_types") or ["full_attention"] * n_layer
+    layers = []
+    for kind in kinds:
+        if kind in ("linear_attention", "mamba", "recurrent"):
+            layers.append(LayerKV("recurrent"))
+        else:
+            layers.append(LayerKV("swa" if kind == "sliding_attention" else "full", n_head_kv, head_dim, head_dim))
+    return ModelGeometry(
+        architecture=str((config.get("architectures") or [config.get("model_type", "hf")])[0]),
+        layers=layers,
+        sliding_window=int(text.get("sliding_window") or 0),
+        n_ctx_train=int(text.get("max_position_embeddings") or 0),
+        n_embd=int(text.get("hidden_size") or 0),
+    )
+
+
 def cache_type_bytes(type_name: str, head_dim: int, field_name: str) -> int:
     """Bytes one head's row of `head_dim` elements costs in a llama.cpp cache type."""
     key = type_name.lower()

@@ -62,6 +62,11 @@ class EngineContainer:
             raise EngineError("image: give the repository (and tag) without '@'; the digest goes in digest")
         if not _DIGEST_RE.match(self.digest):
             raise EngineError(f"digest: expected sha256:<64 hex>, got {self.digest!r}")
+        if self.shm_size and self.ipc == "host":
+            raise EngineError(
+                "shm_size: podman cannot size /dev/shm in the host's IPC namespace (ipc host, the default): "
+                "drop shm_size (the engine then shares the host's /dev/shm) or set ipc to private"
+            )
         if self.gpu_vendor not in ("amd", "nvidia", "none"):
             raise EngineError(f"gpu_vendor: amd, nvidia or none, not {self.gpu_vendor!r}")
         for key in self.environment:

@@ -84,7 +84,7 @@ options:
     type: str
     default: host
   shm_size:
-    description: Size of /dev/shm.
+    description: Size of /dev/shm; only with an IPC namespace of the container's own (O(ipc) not C(host)).
     type: str
     default: ''
   ulimits:
@@ -145,7 +145,6 @@ EXAMPLES = r"""
     gpu_vendor: amd
     model_dir: /srv/models/frank-primary
     cache_dir: /var/cache/frank-primary
-    shm_size: 16g
     command: [--model, /models, --served-model-name, frank-primary, --port, "7770", -tp, "2"]
   register: engine
 

@@ -46,7 +46,13 @@ def test_stop_and_cleanup_name_only_this_container():
 
 @pytest.mark.parametrize(
     ("overrides", "field"),
-    [({"name": "bad name"}, "name"), ({"digest": "latest"}, "digest"), ({"image": "x@sha256:1"}, "image"), ({"gpu_vendor": "intel"}, "gpu_vendor")],
+    [
+        ({"name": "bad name"}, "name"),
+        ({"digest": "latest"}, "digest"),
+        ({"image": "x@sha256:1"}, "image"),
+        ({"gpu_vendor": "intel"}, "gpu_vendor"),
+        ({"shm_size": "16g"}, "shm_size"),  # podman refuses it in the host's IPC namespace (the default)
+    ],
 )
 def test_invalid_engines_are_refused(overrides, field):
     with pytest.raises(EngineError, match=f"^{field}"):
@@ -67,3 +73,8 @@ def test_podman_env_file_is_literal_and_refuses_newlines():
     assert render_podman_env_file({"B": "it's $HOME `x`", "A": "1"}) == "A=1\nB=it's $HOME `x`\n"
     with pytest.raises(EngineError, match="newlines"):
         render_podman_env_file({"A": "x\ny"})
+
+
+def test_shm_size_with_an_ipc_namespace_of_its_own():
+    argv = engine(ipc="private", shm_size="1g").run_argv()
+    assert "--ipc=private" in argv and "--shm-size=1g" in argv

@@ -1,87 +1,48 @@
-"""deploy-primary.yml end to end on the lab host: gates, idempotence, refusals, rollback."""
+"""deploy-secondary.yml end to end on the lab host (llama-server in podman under the root unit):
+gates, idempotence, refusals, rollback, the calibration loop, the bench playbook, unit metrics."""
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-import yaml
+from lab_host import BIN, ROOT, cli, env, lab_host_running, lab_shape, on_host, playbook, served, unit_property, wait_healthy
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
 
-ROOT = Path(__file__).resolve().parents[2]
-HOST = "llm-fleet-lab-host1"
-BIN = Path(sys.executable).parent
-
 pytestmark = pytest.mark.lab
 
-
-def _env():
-    return {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(ROOT / "lab" / "containers.conf")),
-        "PATH": f"{BIN}:{os.environ['PATH']}",
-    }
-
-
-def _lab_host_running() -> bool:
-    if shutil.which("podman") is None:
-        return False
-    proc = subprocess.run(["podman", "ps", "--filter", f"name=^{HOST}$", "--format", "{{.Names}}"], capture_output=True, text=True, env=_env(), check=False)
-    return proc.stdout.strip() == HOST
-
-
-if not _lab_host_running():
+if not lab_host_running():
     pytest.skip("the lab host is not running (run `make lab-up`); CI starts it", allow_module_level=True)
+
+UNIT = "frank-secondary.service"
+PORT = 7771
+LAB_SHAPE = lab_shape("frank_secondary")
 
 
 def deploy(tmp_path, *extra, shape=None):
-    argv = [str(BIN / "ansible-playbook"), "playbooks/deploy-primary.yml", *extra]
-    if shape is not None:
-        vars_file = tmp_path / "shape.yml"
-        vars_file.write_text(yaml.safe_dump({"frank_primary_shape": shape}))
-        argv += ["-e", f"@{vars_file}"]
-    env = {**_env(), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
-    out = json.loads(proc.stdout[proc.stdout.index("{") :])
-    return proc.returncode, out["stats"][HOST], proc.stdout
-
-
-def on_host(*argv):
-    return subprocess.run(["podman", "exec", HOST, *argv], capture_output=True, text=True, env=_env(), check=True).stdout.strip()
+    return playbook(tmp_path, "deploy-secondary.yml", *extra, extra_vars={"frank_secondary_shape": shape} if shape is not None else None)
 
 
 def main_pid():
-    return on_host("systemctl", "show", "-p", "MainPID", "--value", "frank-primary.service")
-
-
-def served():
-    return json.loads(on_host("curl", "-s", "http://127.0.0.1:7770/v1/models"))["data"][0]["id"]
-
-
-LAB_SHAPE = yaml.safe_load((ROOT / "inventories" / "lab" / "group_vars" / "frank_primary.yml").read_text())["frank_primary_shape"]
+    return unit_property(UNIT, "MainPID")
 
 
 def test_fresh_deploy_then_rerun_changes_nothing(tmp_path):
     rc, stats, out = deploy(tmp_path)
     assert rc == 0, out[-3000:]
-    assert served() == "frank-primary"
+    assert served(PORT) == "frank-secondary"
     rc, stats, out = deploy(tmp_path)
     assert rc == 0 and stats["changed"] == 0, out[-3000:]
 
 
 def test_check_mode_on_a_changed_shape_reports_and_changes_nothing(tmp_path):
-    unit_before = on_host("cat", "/etc/systemd/system/frank-primary.service")
+    unit_before = on_host("cat", f"/etc/systemd/system/{UNIT}")
     pid = main_pid()
     rc, stats, out = deploy(tmp_path, "--check", "--diff", shape={**LAB_SHAPE, "ctx_size": 4096})
     assert rc == 0, out[-3000:]
     assert stats["changed"] >= 1
-    assert on_host("cat", "/etc/systemd/system/frank-primary.service") == unit_before
+    assert on_host("cat", f"/etc/systemd/system/{UNIT}") == unit_before
     assert main_pid() == pid
 
 
@@ -99,21 +60,17 @@ def test_over_budget_shape_is_refused_and_the_endpoint_keeps_serving(tmp_path):
     assert rc != 0
     assert "shape does not fit" in out and "lab-cpu" in out and "MiB" in out
     assert main_pid() == pid
-    assert served() == "frank-primary"
+    assert served(PORT) == "frank-secondary"
 
 
 def test_shape_failing_its_health_gate_is_rolled_back(tmp_path):
     rc, _stats, out = deploy(tmp_path, shape={**LAB_SHAPE, "extra_args": ["--no-such-flag"]})
     assert rc != 0
     assert "the new shape failed" in out and "last-known-good shape is serving again" in out
-    assert "--no-such-flag" not in on_host("systemctl", "show", "-p", "ExecStart", "frank-primary.service")
-    assert served() == "frank-primary"
+    assert "--no-such-flag" not in unit_property(UNIT, "ExecStart")
+    assert served(PORT) == "frank-secondary"
     rc, stats, out = deploy(tmp_path)
     assert rc == 0 and stats["changed"] == 0, out[-3000:]
-
-
-def cli(*argv):
-    return subprocess.run([sys.executable, str(ROOT / "bin" / "llm-fleet"), *argv], capture_output=True, text=True, env=_env(), check=False)
 
 
 def test_each_boot_is_stored_and_its_kv_agrees_exactly_with_the_prediction(tmp_path):
@@ -138,9 +95,10 @@ def test_each_boot_is_stored_and_its_kv_agrees_exactly_with_the_prediction(tmp_p
 
 def test_bench_playbook_keeps_json_table_and_plot_on_the_controller(tmp_path):
     argv = [str(BIN / "ansible-playbook"), "playbooks/bench.yml", "-e", f"llm_fleet_bench_dir={tmp_path}", "-e", "endpoint_bench_max_tokens=16"]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=_env(), check=False)
+    argv += ["-e", "bench_endpoints=frank_secondary"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env(), check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    [result] = tmp_path.glob("frank-primary-*.json")
+    [result] = tmp_path.glob("frank-secondary-*.json")
     stored = json.loads(result.read_text())
     assert stored["probe"]["boundary"]["window"] == LAB_SHAPE["ctx_size"] // LAB_SHAPE["parallel"]
     assert stored["probe"]["parallel"]["parallel"] is True
@@ -149,40 +107,34 @@ def test_bench_playbook_keeps_json_table_and_plot_on_the_controller(tmp_path):
 
 
 def test_the_committed_llamacpp_series_list_is_what_the_lab_engine_exports():
-    live = observability.series_from_exposition(on_host("curl", "-s", "http://127.0.0.1:7770/metrics"))
+    live = observability.series_from_exposition(on_host("curl", "-s", f"http://127.0.0.1:{PORT}/metrics"))
     committed = observability.series_from_exposition((ROOT / "observability" / "exported" / "llamacpp.metrics").read_text())
     assert live == committed, f"recapture observability/exported/llamacpp.metrics: only live {live - committed}, only committed {committed - live}"
 
 
 def test_unit_metrics_count_a_crash_restart_for_the_alert_rules():
-    prom = "/var/lib/prometheus/node-exporter/llm_fleet_frank-primary.service.prom"
+    prom = "/var/lib/prometheus/node-exporter/llm_fleet_frank-secondary.service.prom"
 
     def facts():
-        on_host("systemctl", "start", "llm-fleet-unit-metrics@frank-primary.service")  # what the timer runs
+        on_host("systemctl", "start", "llm-fleet-unit-metrics@frank-secondary.service")  # what the timer runs
         text = on_host("cat", prom)
         values = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
         return text, values
 
     text, before = facts()
     assert observability.series_from_exposition(text) == observability.UNIT_SERIES
-    assert on_host("systemctl", "is-active", "llm-fleet-unit-metrics@frank-primary.timer") == "active"
-    restarts = int(before['llm_fleet_unit_restarts_total{unit="frank-primary.service"}'])
-    on_host("systemctl", "kill", "--signal=SIGKILL", "frank-primary.service")
+    assert on_host("systemctl", "is-active", "llm-fleet-unit-metrics@frank-secondary.timer") == "active"
+    restarts = int(before['llm_fleet_unit_restarts_total{unit="frank-secondary.service"}'])
+    on_host("systemctl", "kill", "--signal=SIGKILL", UNIT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         _text, after = facts()
         if (
-            int(after['llm_fleet_unit_restarts_total{unit="frank-primary.service"}']) > restarts
-            and after['llm_fleet_unit_active{unit="frank-primary.service"}'] == "1"
+            int(after['llm_fleet_unit_restarts_total{unit="frank-secondary.service"}']) > restarts
+            and after['llm_fleet_unit_active{unit="frank-secondary.service"}'] == "1"
         ):
             break
         time.sleep(1)
     else:
         pytest.fail(f"the restart did not show in {prom}: {after}")
-    while time.monotonic() < deadline:  # serving again before the next test
-        if (
-            subprocess.run(["podman", "exec", HOST, "curl", "-sf", "http://127.0.0.1:7770/health"], capture_output=True, env=_env(), check=False).returncode
-            == 0
-        ):
-            break
-        time.sleep(1)
+    assert wait_healthy(PORT, 60)  # serving again before the next test

@@ -1,0 +1,76 @@
+"""Driving the lab host: deploy playbooks with a shape override, run commands on the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "llm-fleet-lab-host1"
+BIN = Path(sys.executable).parent
+LAB_VARS = ROOT / "inventories" / "lab" / "group_vars"
+
+
+def env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(ROOT / "lab" / "containers.conf")),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+    }
+
+
+def lab_host_running() -> bool:
+    if shutil.which("podman") is None:
+        return False
+    proc = subprocess.run(["podman", "ps", "--filter", f"name=^{HOST}$", "--format", "{{.Names}}"], capture_output=True, text=True, env=env(), check=False)
+    return proc.stdout.strip() == HOST
+
+
+def lab_shape(role: str) -> dict:
+    return yaml.safe_load((LAB_VARS / f"{role}.yml").read_text())[f"{role}_shape"]
+
+
+def playbook(tmp_path: Path, name: str, *extra: str, extra_vars: dict | None = None) -> tuple[int, dict, str]:
+    """Run a playbook against the lab; (exit status, the lab host's stats, the JSON output)."""
+    argv = [str(BIN / "ansible-playbook"), f"playbooks/{name}", *extra]
+    if extra_vars:
+        vars_file = tmp_path / "extra-vars.yml"
+        vars_file.write_text(yaml.safe_dump(extra_vars))
+        argv += ["-e", f"@{vars_file}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env={**env(), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}, check=False)
+    out = json.loads(proc.stdout[proc.stdout.index("{") :])
+    return proc.returncode, out["stats"].get(HOST, {}), proc.stdout
+
+
+def on_host(*argv: str, check: bool = True) -> str:
+    return subprocess.run(["podman", "exec", HOST, *argv], capture_output=True, text=True, env=env(), check=check).stdout.strip()
+
+
+def unit_property(unit: str, name: str) -> str:
+    return on_host("systemctl", "show", "-p", name, "--value", unit)
+
+
+def served(port: int) -> str:
+    return json.loads(on_host("curl", "-s", f"http://127.0.0.1:{port}/v1/models"))["data"][0]["id"]
+
+
+def wait_healthy(port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    probe = ["podman", "exec", HOST, "curl", "-sf", f"http://127.0.0.1:{port}/health"]
+    while time.monotonic() < deadline:
+        if subprocess.run(probe, capture_output=True, env=env(), check=False).returncode == 0:
+            return True
+        time.sleep(1)
+    return False
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "bin" / "llm-fleet"), *argv], capture_output=True, text=True, env=env(), check=False)
