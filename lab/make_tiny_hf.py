@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -98,11 +99,15 @@ def write_model(out: Path) -> None:
     def weight(*shape: int) -> np.ndarray:
         return rng.standard_normal(shape).astype(np.float32) * 0.02
 
-    tensors = {
-        "model.embed_tokens.weight": weight(vocab_size, HIDDEN),
-        "model.norm.weight": np.ones(HIDDEN, np.float32),
-        "lm_head.weight": weight(vocab_size, HIDDEN),
-    }
+    embed = weight(vocab_size, HIDDEN)
+    # The output head speaks printable ASCII only: rows of other bytes and of special tokens are
+    # zero, so their logit is 0 while some ASCII token's is positive. Random weights otherwise emit
+    # lone UTF-8 lead bytes, which a detokenizer rightly holds back: an "empty" answer.
+    lm_head = weight(vocab_size, HIDDEN)
+    for index in range(vocab_size):
+        if (index < 256 and not 32 <= index < 127) or tokens[index] in specials:
+            lm_head[index] = 0.0
+    tensors = {"model.embed_tokens.weight": embed, "model.norm.weight": np.ones(HIDDEN, np.float32), "lm_head.weight": lm_head}
     for layer in range(LAYERS):
         p = f"model.layers.{layer}"
         tensors.update(
@@ -154,6 +159,8 @@ def write_model(out: Path) -> None:
     }
     for name, content in files.items():
         (tmp / name).write_text(json.dumps(content, indent=1, ensure_ascii=False) + "\n")
+    if out.exists():  # --force: the new model replaces the old one whole
+        shutil.rmtree(out)
     os.replace(tmp, out)
 
 

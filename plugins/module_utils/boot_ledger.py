@@ -111,7 +111,7 @@ def _parse_vllm_line(line: str, ledger: BootLedger) -> None:
     if match:
         ledger.kv_device = match.group(1)
         ledger.kv_tokens = _int(match.group(2))
-        return
+        # vLLM 0.32 prints the concurrency on the same line: read on.
     match = _VLLM_CONCURRENCY.search(line)
     if match:
         ledger.concurrency_len = _int(match.group(1))

@@ -54,6 +54,12 @@ options:
     elements: str
     choices: [default, "on", "off"]
     default: [default]
+  extra_body:
+    description:
+      - Further request fields for every bench job, such as C(ignore_eos) for a model with random
+        weights (whose first token may be end-of-sequence).
+    type: dict
+    default: {}
   probe:
     description: Run the capacity probe too.
     type: bool
@@ -120,6 +126,7 @@ def main() -> None:
             "max_tokens": {"type": "int", "default": 128, "no_log": False},
             "burst": {"type": "int", "default": 0},
             "thinking": {"type": "list", "elements": "str", "choices": list(THINKING), "default": ["default"]},
+            "extra_body": {"type": "dict", "default": {}},
             "probe": {"type": "bool", "default": True},
             "parallel": {"type": "int", "default": 0},
             "depths": {"type": "list", "elements": "int", "default": []},
@@ -132,7 +139,9 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, msg="check mode: nothing sent")
     endpoint = Endpoint(p["url"], p["api_key"])
-    arms = [Arm(p["name"] if mode == "default" else f"{p['name']}/thinking-{mode}", endpoint, p["model"], THINKING[mode]) for mode in p["thinking"]]
+    arms = [
+        Arm(p["name"] if mode == "default" else f"{p['name']}/thinking-{mode}", endpoint, p["model"], THINKING[mode], p["extra_body"]) for mode in p["thinking"]
+    ]
     result = {}
     try:
         result["bench"] = run_bench(arms, max_tokens=p["max_tokens"], burst=p["burst"], timeout=p["timeout"]).as_dict()

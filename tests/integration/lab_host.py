@@ -74,3 +74,15 @@ def wait_healthy(port: int, timeout: float) -> bool:
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "bin" / "llm-fleet"), *argv], capture_output=True, text=True, env=env(), check=False)
+
+
+def failures(out: str) -> list[str]:
+    """The messages of the failed tasks in a playbook's JSON output, for assertion messages."""
+    data = json.loads(out[out.index("{") :])
+    found = []
+    for play in data.get("plays", []):
+        for task in play.get("tasks", []):
+            for result in task.get("hosts", {}).values():
+                if result.get("failed"):
+                    found.append(f"{task['task']['name']}: {result.get('msg')} {str(result.get('stderr', ''))[-500:]}")
+    return found

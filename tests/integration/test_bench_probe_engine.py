@@ -22,7 +22,8 @@ if IMAGE is None:
     pytest.skip("the lab engine image is not built here (run `make lab-up`); CI builds it", allow_module_level=True)
 
 MODEL = "tiny-llama-h4kv2d32.gguf"
-CTX, PARALLEL = 8192, 2  # the lab shape of frank-primary
+CTX, PARALLEL = 8192, 2  # the lab shape of frank-secondary
+EXTRA = '{"ignore_eos": true}'  # random weights: end-of-sequence may come first
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,9 @@ def cli(*argv):
 
 
 def test_bench_writes_json_table_and_a_plot_that_decodes(lab_url, tmp_path):
-    proc = cli("bench", "--arm", f"a={lab_url}", "--arm", f"b={lab_url},thinking=off", "--max-tokens", "24", "--burst", "2", "-o", str(tmp_path))
+    proc = cli(
+        "bench", "--arm", f"a={lab_url}", "--arm", f"b={lab_url},thinking=off", "--max-tokens", "24", "--burst", "2", "-o", str(tmp_path), "--extra-body", EXTRA
+    )
     assert proc.returncode == 0, proc.stderr
     [result] = tmp_path.glob("bench-*.json")
     report = json.loads(result.read_text())

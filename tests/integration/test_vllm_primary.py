@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from lab_host import ROOT, cli, lab_host_running, lab_shape, on_host, playbook, served, unit_property, wait_healthy
+from lab_host import ROOT, cli, failures, lab_host_running, lab_shape, on_host, playbook, served, unit_property, wait_healthy
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
 from ansible_collections.frank.llm_fleet.plugins.module_utils.boot_ledger import parse_boot_log
@@ -101,7 +101,7 @@ def test_probe_reads_the_refusal_boundary_from_vllm(tmp_path):
     rc, _stats, out = playbook(
         tmp_path, "bench.yml", "-e", f"llm_fleet_bench_dir={tmp_path}", "-e", "endpoint_bench_max_tokens=16", "-e", "bench_endpoints=frank_primary"
     )
-    assert rc == 0, out[-4000:]
+    assert rc == 0, failures(out)
     [result] = tmp_path.glob("frank-primary-*.json")
     stored = json.loads(result.read_text())
     assert stored["probe"]["boundary"]["window"] == LAB_SHAPE["max_model_len"]
@@ -112,7 +112,7 @@ def test_probe_reads_the_refusal_boundary_from_vllm(tmp_path):
 def test_sigkill_of_the_engine_worker_restarts_the_unit():
     restarts = int(unit_property(UNIT, "NRestarts"))
     listener = on_host("podman", "inspect", "frank-primary", "--format", "{{.State.Pid}}")
-    worker = on_host("pgrep", "-f", "-o", "EngineCore")
+    worker = on_host("pgrep", "-f", "-o", "VLLM::Worker")  # the process that runs the model
     assert worker and worker != listener
     on_host("kill", "-KILL", worker)
     assert wait_healthy(PORT, 420), "the endpoint did not come back"

@@ -61,3 +61,13 @@ def test_llamacpp_kv_buffers_and_breakdown():
 def test_unrelated_text_yields_no_facts():
     ledger = parse_boot_log("hello\n| a | b |\nGPU KV cache size: lots")
     assert ledger.engine == "" and ledger.kv_tokens is None and not ledger.breakdown
+
+
+def test_vllm_0_32_prints_tokens_and_concurrency_on_one_line():
+    # Copied from the lab's vLLM 0.32.0 (CPU build) journal.
+    line = (
+        "(EngineCore pid=13) INFO 11-29 11:43:28 [kv_cache_utils.py:2327] CPU KV cache size: 8,192 tokens, "
+        "Maximum concurrency for 4,096 tokens per request: 2.00x"
+    )
+    ledger = parse_boot_log(line)
+    assert (ledger.engine, ledger.kv_device, ledger.kv_tokens, ledger.concurrency_len, ledger.concurrency) == ("vllm", "CPU", 8192, 4096, 2.0)
