@@ -13,6 +13,6 @@ grep -E '^llm-fleet-lab-host1 +: .*changed=0 ' /tmp/llm-fleet-demo-rerun.log >/d
     || { echo "demo: the rerun changed something" >&2; exit 1; }
 echo "== rerun reported changed=0"
 if [[ -d .lab/calibration ]]; then
-    echo "== predicted vs measured KV for every boot the lab recorded (bin/llm-fleet calibration)"
-    bin/llm-fleet calibration --dir .lab/calibration
+    echo "== predicted vs measured KV for every frank-primary boot the lab recorded (bin/llm-fleet calibration)"
+    bin/llm-fleet calibration --dir .lab/calibration --endpoint frank-primary
 fi
