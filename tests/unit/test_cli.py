@@ -6,6 +6,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from PIL import Image
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, str(ROOT / "bin" / "llm-fleet")]
 EXAMPLE = ROOT / "docs" / "examples" / "primary-rank-refused.yml"
@@ -51,3 +53,12 @@ def test_svg_picture_has_one_bar_segment_per_term(tmp_path):
 def test_generated_endpoint_roles_are_in_sync_with_their_generator():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_role_specs.py"), "--check"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_budget_from_the_inventory_takes_the_roles_devices_and_draws_a_png(tmp_path):
+    picture = tmp_path / "ledger.png"
+    proc = run("budget", "--host", "dankserver", "--var", "frank_primary_shape", "-i", "inventories/production", "--png", str(picture))
+    assert proc.returncode == 0, proc.stderr
+    assert "r9700-0" in proc.stdout and "r9700-1" in proc.stdout
+    with Image.open(picture) as image:
+        assert image.format == "PNG" and image.size == (1000, 600)
