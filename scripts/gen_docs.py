@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from generated import report, sync
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -112,7 +113,7 @@ def plugin_pages() -> dict[str, str]:
     return pages
 
 
-def index(pages: list[str]) -> str:
+def index(plugin_pages: dict[str, str], fleet_pages: dict[str, str]) -> str:
     """docs/index.md: every page, grouped; titles read from each page's first heading."""
 
     def title(path: str, text: str | None = None) -> str:
@@ -123,28 +124,21 @@ def index(pages: list[str]) -> str:
     hand = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md") if p.name != "index.md")
     lines = ["# frank.llm_fleet documentation", "", GENERATED, ""]
     lines += ["## Guides", ""] + [f"- [{title(p)}]({Path(p).name})" for p in hand] + [""]
-    lines += (
-        ["## Plugins (from ansible-doc)", ""] + [f"- [{title(p, pages_text[p])}]({Path(p).relative_to('docs').as_posix()})" for p in sorted(pages_text)] + [""]
-    )
+    lines += ["## Plugins (from ansible-doc)", ""]
+    lines += [f"- [{title(p, plugin_pages[p])}]({Path(p).relative_to('docs').as_posix()})" for p in sorted(plugin_pages)] + [""]
     roles = sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/meta/argument_specs.yml"))
     lines += ["## Roles (from argument_specs)", ""] + [f"- [{COLLECTION}.{r}](../roles/{r}/README.md)" for r in roles] + [""]
-    fleet = sorted(p for p in pages if p.startswith("docs/fleet/") and p.endswith(".md"))
     lines += ["## The production fleet (bin/llm-fleet generate -i inventories/production)", ""]
-    lines += [f"- [{title(p, fleet_text.get(p))}]({Path(p).relative_to('docs').as_posix()})" for p in fleet] + [""]
+    lines += [f"- [{title(p, fleet_pages[p])}]({Path(p).relative_to('docs').as_posix()})" for p in sorted(fleet_pages)] + [""]
     return "\n".join(lines)
-
-
-pages_text: dict[str, str] = {}
-fleet_text: dict[str, str] = {}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="report drift instead of writing")
     args = parser.parse_args()
-    wanted: dict[str, str] = {}
-    pages_text.update(plugin_pages())
-    wanted.update(pages_text)
+    plugins = plugin_pages()
+    wanted: dict[str, str] = dict(plugins)
     for role in sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/meta/argument_specs.yml")):
         wanted[f"roles/{role}/README.md"] = role_readme(role)
     generate = [str(BIN / "python"), str(ROOT / "bin" / "llm-fleet"), "generate", "-i", "inventories/production", "-o", "docs/fleet"]
@@ -155,29 +149,11 @@ def main() -> int:
         print(proc.stdout + proc.stderr, file=sys.stderr)
         return 1
     fleet_drift = [line for line in proc.stdout.splitlines() if line.startswith(("would change:", "would remove:"))]
-    for path in sorted((ROOT / "docs" / "fleet").rglob("*.md")):
-        relative = path.relative_to(ROOT).as_posix()
-        fleet_text[relative] = path.read_text()
-    wanted["docs/index.md"] = index(list(wanted) + list(fleet_text))
+    fleet = {path.relative_to(ROOT).as_posix(): path.read_text() for path in sorted((ROOT / "docs" / "fleet").rglob("*.md"))}
+    wanted["docs/index.md"] = index(plugins, fleet)
     drift = [f"docs/fleet/{line.split(': ', 1)[1]}" for line in fleet_drift]
     stale = [p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "plugins").glob("*.md") if p.relative_to(ROOT).as_posix() not in wanted]
-    for relative, text in sorted(wanted.items()):
-        path = ROOT / relative
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                drift.append(relative)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    for relative in stale:
-        if args.check:
-            drift.append(relative)
-        else:
-            (ROOT / relative).unlink()
-    if drift:
-        print("out of date (run scripts/gen_docs.py): " + ", ".join(drift), file=sys.stderr)
-        return 1
-    return 0
+    return report(drift + sync(ROOT, wanted, args.check, stale), "scripts/gen_docs.py")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from generated import report, sync
+
 ROOT = Path(__file__).resolve().parents[1]
 
 ENDPOINTS = {
@@ -207,20 +209,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="report drift instead of writing")
     args = parser.parse_args()
-    drift = []
-    for role in ENDPOINTS:
-        for relative, text in render(role).items():
-            path = ROOT / relative
-            if args.check:
-                if not path.exists() or path.read_text() != text:
-                    drift.append(relative)
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    if drift:
-        print("out of date (run scripts/gen_role_specs.py): " + ", ".join(drift), file=sys.stderr)
-        return 1
-    return 0
+    files = {relative: text for role in ENDPOINTS for relative, text in render(role).items()}
+    return report(sync(ROOT, files, args.check), "scripts/gen_role_specs.py")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,12 @@ def lab_host_running() -> bool:
         return False
     proc = subprocess.run(["podman", "ps", "--filter", f"name=^{HOST}$", "--format", "{{.Names}}"], capture_output=True, text=True, env=env(), check=False)
     return proc.stdout.strip() == HOST
+
+
+def require_lab_host() -> None:
+    """Skip the calling test module when the lab host is not up (CI starts it with `make lab-up`)."""
+    if not lab_host_running():
+        pytest.skip("the lab host is not running (run `make lab-up`); CI starts it", allow_module_level=True)
 
 
 def lab_shape(role: str) -> dict:

@@ -6,14 +6,13 @@ import subprocess
 import time
 
 import pytest
-from lab_host import BIN, ROOT, cli, env, lab_host_running, lab_shape, on_host, playbook, served, unit_property, wait_healthy
+from lab_host import BIN, ROOT, cli, env, lab_shape, on_host, playbook, require_lab_host, served, unit_property, wait_healthy
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
 
 pytestmark = pytest.mark.lab
 
-if not lab_host_running():
-    pytest.skip("the lab host is not running (run `make lab-up`); CI starts it", allow_module_level=True)
+require_lab_host()
 
 UNIT = "frank-secondary.service"
 PORT = 7771

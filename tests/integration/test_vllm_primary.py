@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from lab_host import ROOT, cli, failures, lab_host_running, lab_shape, on_host, playbook, served, unit_property, wait_healthy
+from lab_host import ROOT, cli, failures, lab_shape, on_host, playbook, require_lab_host, served, unit_property, wait_healthy
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
 from ansible_collections.frank.llm_fleet.plugins.module_utils.boot_ledger import parse_boot_log
@@ -17,8 +17,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import pric
 
 pytestmark = pytest.mark.lab
 
-if not lab_host_running():
-    pytest.skip("the lab host is not running (run `make lab-up`); CI starts it", allow_module_level=True)
+require_lab_host()
 
 UNIT = "frank-primary.service"
 PORT = 7770
