@@ -11,14 +11,13 @@ a job whose stream carries no usage, or whose answer is empty, is a warning, nev
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, StreamResult, stream_chat
+from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, StreamResult, run_concurrently, stream_chat
 
 # Real prompts of the kinds the fleet serves: short answers, code, summarising, reasoning, a
 # multi-turn follow-up. Fixed so runs compare; the salt, not the text, varies per run.
@@ -192,20 +191,6 @@ def run_job(arm: Arm, prompt: dict[str, Any], salt: str, max_tokens: int, stream
     return job
 
 
-def _run_concurrently(calls: list[Callable[[], Job]]) -> list[Job]:
-    jobs: list[Job | None] = [None] * len(calls)
-
-    def worker(index: int) -> None:
-        jobs[index] = calls[index]()
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return [job for job in jobs if job is not None]
-
-
 def run_bench(
     arms: list[Arm],
     prompts: tuple[dict[str, Any], ...] | list[dict[str, Any]] = BENCH_PROMPTS,
@@ -251,7 +236,7 @@ def run_bench(
                     )
                     for copy in range(burst)
                 ]
-                jobs = _run_concurrently(calls)
+                jobs = run_concurrently(calls)
                 wall = time.monotonic() - phase
                 tokens = sum(j.completion_tokens or 0 for j in jobs if j.ok)
                 per_stream = [j.decode_tps for j in jobs if j.ok and j.decode_tps]

@@ -479,7 +479,7 @@ def _llamacpp_basis(kv: kv_law.LlamaCppKv, boots: list[dict[str, Any]], key: str
     exact, layouts = calibration.llamacpp_measured(boots, key, shape)
     if exact is not None:
         line = exact["ledger"]["kv_caches"][0]
-        if f"{line['size_bytes'] / MIB:.2f}" == f"{kv.total_bytes / MIB:.2f}":
+        if calibration.engine_mib(line["size_bytes"]) == calibration.engine_mib(kv.total_bytes):
             return {"basis": "measured", "measured_bytes": line["size_bytes"]}
         notes.append(
             f"kv: a boot of this geometry and layout measured {line['size_bytes'] / MIB:,.2f} MiB, the law says {kv.total_bytes / MIB:,.2f} MiB: "

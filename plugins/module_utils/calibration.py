@@ -154,7 +154,7 @@ def llamacpp_measured(boots: list[dict[str, Any]], key: str, shape: dict[str, An
     return exact, [_layout("llamacpp", b.get("shape") or {}) for b in same_key]
 
 
-def _mib(value: int | float) -> str:
+def engine_mib(value: int | float) -> str:
     # The engine prints MiB with two decimals; agreement is judged at the engine's precision.
     return f"{value / MIB:.2f}"
 
@@ -212,13 +212,19 @@ def _compare_llamacpp(shape: dict[str, Any], ledger: dict[str, Any], geometry: k
         swa_full=bool(shape.get("swa_full", False)),
     )
     line = lines[0]  # the target's cache; a drafter's follows it
-    predicted = {"cells": kv.cells_per_stream, "seqs": kv.n_streams, "k_mib": _mib(kv.k_bytes), "v_mib": _mib(kv.v_bytes), "kv_mib": _mib(kv.total_bytes)}
+    predicted = {
+        "cells": kv.cells_per_stream,
+        "seqs": kv.n_streams,
+        "k_mib": engine_mib(kv.k_bytes),
+        "v_mib": engine_mib(kv.v_bytes),
+        "kv_mib": engine_mib(kv.total_bytes),
+    }
     measured = {
         "cells": line["cells"],
         "seqs": line["seqs_max"],
-        "k_mib": _mib(line["k_bytes"]),
-        "v_mib": _mib(line["v_bytes"]),
-        "kv_mib": _mib(line["size_bytes"]),
+        "k_mib": engine_mib(line["k_bytes"]),
+        "v_mib": engine_mib(line["v_bytes"]),
+        "kv_mib": engine_mib(line["size_bytes"]),
     }
     return {"predicted": predicted, "measured": measured, "agree": predicted == measured, "detail": "exact law"}
 

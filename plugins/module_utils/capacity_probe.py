@@ -11,13 +11,12 @@
 from __future__ import annotations
 
 import re
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, request_json, stream_chat
+from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, StreamResult, request_json, run_concurrently, stream_chat
 
 # Filler whose tokenisation is ordinary prose; the salt keeps each probe off any prefix cache.
 FILLER = "The operator measured the endpoint again and wrote the figures into the ledger. "
@@ -118,9 +117,8 @@ def check_parallel(endpoint: Endpoint, model: str, streams: int, max_tokens: int
     """Start `streams` requests at once and count how many decode together (see decoding_together)."""
     if streams < 1:
         raise ProbeError("streams: at least 1")
-    results: list[Any] = [None] * streams
 
-    def worker(index: int) -> None:
+    def one_stream() -> StreamResult | ApiError:
         payload = {
             "model": model,
             "messages": [{"role": "user", "content": f"[{uuid.uuid4().hex}] Count slowly from one to one thousand."}],
@@ -129,15 +127,11 @@ def check_parallel(endpoint: Endpoint, model: str, streams: int, max_tokens: int
             "ignore_eos": True,  # both engines accept it: every stream decodes max_tokens
         }
         try:
-            results[index] = stream_chat(endpoint, payload, timeout)
+            return stream_chat(endpoint, payload, timeout)
         except ApiError as exc:
-            results[index] = exc
+            return exc
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(streams)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = run_concurrently([one_stream] * streams)
     failures = [r for r in results if isinstance(r, ApiError)]
     if failures:
         raise ProbeError(f"parallel check: {len(failures)} of {streams} streams failed: {failures[0]}")

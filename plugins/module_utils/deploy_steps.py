@@ -8,13 +8,13 @@ install, start, health gate). Each returns the result a module reports; commands
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, request_json
 from ansible_collections.frank.llm_fleet.plugins.module_utils.podman_engine import (
     EngineContainer,
     EngineError,
@@ -305,21 +305,13 @@ PROBE_TOOL = {
 
 
 def _chat(host: str, port: int, payload: dict[str, Any], what: str, timeout: float) -> dict[str, Any]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(payload), headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        raw = response.read(1 << 20)
-    except (OSError, http.client.HTTPException) as exc:
-        raise StepError(f"{what}: no answer from {host}:{port}: {exc}", {}) from None
-    finally:
-        conn.close()
-    if response.status != 200:
-        raise StepError(f"{what}: HTTP {response.status}: {raw[:300].decode('utf-8', 'replace')}", {})
+        answer = request_json(Endpoint(f"http://{host}:{port}"), "POST", "/v1/chat/completions", payload, timeout)
+    except ApiError as exc:
+        raise StepError(f"{what}: {exc}", {}) from None
     try:
-        answer = json.loads(raw)
         answer["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError):
         raise StepError(f"{what}: the answer is not a chat completion", {}) from None
     return answer
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
@@ -45,6 +46,11 @@ class EndpointFacts:
     @property
     def base_url(self) -> str:
         return str(self.shape.get("client_base_url") or f"http://{self.address}:{self.shape['port']}/v1")
+
+    @cached_property
+    def client_entry(self) -> dict[str, Any]:
+        """The harness's models.yml entry: written as the fragment and quoted by the runbook."""
+        return models_entry(str(self.shape["served_id"]), self.shape, self.base_url)
 
     @property
     def last_boot(self) -> dict[str, Any] | None:
@@ -104,7 +110,7 @@ def generate(endpoints: list[EndpointFacts], exported: dict[str, set[str]], inve
         groups.append(group)
         out.files[f"prometheus/rules/{facts.name}.rules.yml"] = {"groups": [group]}
         scrape.append(observability.scrape_job(facts.name, facts.shape, facts.address))
-        out.files[f"client/{facts.name}.models.yml"] = {"models": [models_entry(str(facts.shape["served_id"]), facts.shape, facts.base_url)]}
+        out.files[f"client/{facts.name}.models.yml"] = {"models": [facts.client_entry]}
     out.problems.extend(observability.check_rule_groups(groups, exported))
     scrape.append(observability.node_job([f.address for f in endpoints]))
     config = {
@@ -144,7 +150,7 @@ def runbook(facts: EndpointFacts, result: BudgetResult | None, why: str, alerts:
     """One endpoint's runbook page (Markdown)."""
     inv = f"inventories/{inventory_name}"
     playbook = f"playbooks/deploy-{facts.role.removeprefix('frank_')}.yml"
-    entry = models_entry(str(facts.shape["served_id"]), facts.shape, facts.base_url)
+    entry = facts.client_entry
     lines = [
         f"# Runbook: {facts.name}",
         "",

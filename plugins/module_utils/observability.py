@@ -42,6 +42,12 @@ def series_in_expr(expr: str) -> set[str]:
     return names
 
 
+def unexported(exprs: list[str], exported: set[str]) -> list[str]:
+    """The series the expressions name that neither the runtime nor every host exports, sorted."""
+    named = set().union(*(series_in_expr(expr) for expr in exprs))
+    return sorted(named - exported - UNIT_SERIES - SYNTHETIC_SERIES)
+
+
 def series_from_exposition(text: str) -> set[str]:
     """Every series name a /metrics exposition lets PromQL select: sample names, plus the names a
     declared type implies before its first sample appears (counters' _total, histograms' parts)."""
@@ -137,7 +143,7 @@ def alert_group(endpoint: str, shape: dict[str, Any], exported: set[str]) -> tup
         if spec.when == "drafter" and not has_drafter(shape):
             continue
         expr = spec.expr.format(sel=selector, unit=unit_name(endpoint))
-        missing = sorted(series_in_expr(expr) - exported - UNIT_SERIES - SYNTHETIC_SERIES)
+        missing = unexported([expr], exported)
         if missing:
             notes.append(f"{endpoint}: {spec.alert} left out: {runtime} does not export {', '.join(missing)}")
             continue
@@ -180,7 +186,7 @@ def check_rule_groups(groups: list[dict[str, Any]], exported_by_runtime: dict[st
             if runtime not in exported_by_runtime:
                 problems.append(f"{group['name']}/{rule.get('alert')}: no exported series list for runtime {runtime!r}")
                 continue
-            missing = sorted(series_in_expr(rule["expr"]) - exported_by_runtime[runtime] - UNIT_SERIES - SYNTHETIC_SERIES)
+            missing = unexported([rule["expr"]], exported_by_runtime[runtime])
             if missing:
                 problems.append(f"{group['name']}/{rule.get('alert')}: names series {runtime} does not export: {', '.join(missing)}")
     return problems
@@ -248,7 +254,7 @@ def dashboard(runtime: str, endpoints: list[str], exported: set[str]) -> tuple[d
     notes = []
     for title, queries, unit in PANELS["common"] + PANELS[runtime]:
         targets = [{"expr": expr.replace("{sel}", selector), "legendFormat": legend, "refId": chr(ord("A") + i)} for i, (expr, legend) in enumerate(queries)]
-        missing = sorted(set().union(*(series_in_expr(t["expr"]) for t in targets)) - exported - UNIT_SERIES - SYNTHETIC_SERIES)
+        missing = unexported([t["expr"] for t in targets], exported)
         if missing:
             notes.append(f"{runtime} dashboard: panel {title!r} left out: not exported: {', '.join(missing)}")
             continue
@@ -296,7 +302,7 @@ def check_dashboard(board: dict[str, Any], runtime: str, exported: set[str]) -> 
     problems = []
     for panel in board.get("panels", []):
         for target in panel.get("targets", []):
-            missing = sorted(series_in_expr(target["expr"]) - exported - UNIT_SERIES - SYNTHETIC_SERIES)
+            missing = unexported([target["expr"]], exported)
             if missing:
                 problems.append(f"{board.get('uid')}/{panel.get('title')}: names series {runtime} does not export: {', '.join(missing)}")
     return problems

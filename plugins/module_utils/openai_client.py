@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 
@@ -183,3 +184,22 @@ def _take_chunk(chunk: dict[str, Any], now: float, result: StreamResult) -> None
             result.reasoning += reasoning
         if choice.get("finish_reason"):
             result.finish_reason = choice["finish_reason"]
+
+
+T = TypeVar("T")
+
+
+def run_concurrently(calls: list[Callable[[], T]]) -> list[T]:
+    """Start every call at once (one thread each: the work is waiting on sockets) and return
+    their results in call order."""
+    results: list[Any] = [None] * len(calls)
+
+    def worker(index: int) -> None:
+        results[index] = calls[index]()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-MIB = 1 << 20
+from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
+
 SIZE_INCHES = (10.0, 6.0)
 DPI = 100  # 1000 x 600 pixels
 

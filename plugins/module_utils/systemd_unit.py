@@ -158,13 +158,13 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def write_atomically(path: str, content: str, mode: int = 0o644) -> None:
+def write_atomically(path: str, content: str | bytes, mode: int = 0o644) -> None:
     """Write via a temp file in the same directory and rename: never a half-written unit."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content.encode("utf-8") if isinstance(content, str) else content)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)

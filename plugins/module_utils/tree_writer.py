@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import difflib
 import os
-import tempfile
 from dataclasses import dataclass, field
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import write_atomically
 
 
 @dataclass
@@ -18,21 +19,6 @@ class TreeReport:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     diffs: list[str] = field(default_factory=list)
-
-
-def _replace(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _diff(relative: str, old: bytes | None, new: bytes) -> str:
@@ -59,7 +45,8 @@ def write_tree(dest: str, files: dict[str, bytes], managed: tuple[str, ...] = ()
         report.changed.append(relative)
         report.diffs.append(_diff(relative, old, files[relative]))
         if not check:
-            _replace(path, files[relative])
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            write_atomically(path, files[relative])
     for prefix in managed:
         root = os.path.join(dest, prefix)
         for directory, _dirs, names in os.walk(root):
