@@ -136,10 +136,10 @@ def render(role: str) -> dict[str, str]:
     tasks.append(f'    endpoint_shape: "{{{{ {role}_shape_defaults | combine({role}_shape) }}}}"')
     tasks += [f'    endpoint_{key}: "{{{{ {role}_{key} }}}}"' for key, *_rest in ROLE_VARS if key != "shape"]
     measuring = {}
-    for entry, what in (("bench", "Bench and probe"), ("probe", "Smoke-probe")):
+    for entry, verb in (("bench", "Bench and probe"), ("probe", "Smoke-probe")):
         measuring[entry] = [
             "---",
-            f"- name: {what} {name}",
+            f"- name: {verb} {name}",
             "  ansible.builtin.import_role:",
             "    name: frank.llm_fleet.endpoint",
             f"    tasks_from: {entry}.yml",
