@@ -189,7 +189,7 @@ def _coerce(meta: Mapping[str, Any], value: Any, name: str) -> Any:
     if kind == "list":
         if not isinstance(value, (list, tuple)):
             raise ShapeError(f"{name}: expected a list, got {value!r}")
-        return list(value)
+        return tuple(value)
     raise AssertionError(f"unknown shape kind {kind}")  # a declaration bug, not an input error
 
 
@@ -222,10 +222,8 @@ class Shape:
     # The budget's own knobs.
     free_floor: int = _key("size", "Budget - the free memory each device must keep.", default=parse_size("1.5 GiB"), group="budget")
     max_device_gap: int = _key("size", "Budget - the most two devices' use may differ.", default=parse_size("0.5 GiB"), group="budget")
-    extra_terms: list[Any] = _key("list", "Budget - declared extra terms [{name, size, device}].", default=(), group="budget")
-    model_geometry: dict[str, Any] | None = _key(
-        "mapping", "Budget - the model's geometry, when its header or config is not readable where the budget runs.", group="budget"
-    )
+    extra_terms: tuple[Any, ...] = _key("list", "Budget - declared extra terms [{name, size, device}].", default=(), group="budget")
+    model_geometry: Mapping[str, Any] | None = _key("mapping", "Budget - the model geometry, where its header or config is not readable.", group="budget")
     # The client contract.
     reasoning_control: str | None = _key(
         "choice", "Client contract - how the chat template switches reasoning.", choices=("enable_thinking", "reasoning_effort", "none"), group="client"
@@ -278,9 +276,7 @@ class Shape:
 class LlamaCppShape(Shape):
     """llama.cpp `llama-server`."""
 
-    ctx_size: int = _key(
-        "int", "llama.cpp --ctx-size: the whole pool, divided into --parallel windows.", LLAMACPP, required=True, minimum=1, maximum=MAX_TOKENS
-    )
+    ctx_size: int = _key("int", "llama.cpp --ctx-size: the pool, divided into --parallel windows.", LLAMACPP, required=True, minimum=1, maximum=MAX_TOKENS)
     parallel: int = _key("int", "llama.cpp --parallel (slots); each gets ctx_size / parallel positions.", LLAMACPP, default=1, minimum=1, maximum=MAX_SLOTS)
     type_k: str = _key("str", "llama.cpp K cache type (f16, q8_0, q4_0, ...).", LLAMACPP, default="f16")
     type_v: str | None = _key("str", "llama.cpp V cache type (default: type_k).", LLAMACPP)
@@ -288,9 +284,7 @@ class LlamaCppShape(Shape):
     swa_full: bool = _key("bool", "llama.cpp --swa-full (full-size sliding-window caches).", LLAMACPP, default=False)
     batch: int | None = _key("int", "llama.cpp --batch-size.", LLAMACPP, minimum=1, maximum=1 << 20)
     ubatch: int = _key("int", "llama.cpp --ubatch-size (compute buffers scale with it).", LLAMACPP, default=512, minimum=1, maximum=1 << 16)
-    n_gpu_layers: int = _key(
-        "int", "llama.cpp --n-gpu-layers: the last N layers go to the devices, the rest stay in host RAM.", LLAMACPP, default=999, maximum=MAX_LAYERS
-    )
+    n_gpu_layers: int = _key("int", "llama.cpp --n-gpu-layers: the last N layers go to the devices.", LLAMACPP, default=999, maximum=MAX_LAYERS)
     tensor_split: tuple[float, ...] | None = _key("split", "llama.cpp --tensor-split, a list of shares or 'a,b' (whole layers move).", LLAMACPP)
     override_tensor: tuple[tuple[str, str], ...] | None = _key(
         "overrides", "llama.cpp --override-tensor, a mapping pattern -> buffer (most specific pattern first in the flag).", LLAMACPP
@@ -298,7 +292,7 @@ class LlamaCppShape(Shape):
     projector: str | None = _key("str", "llama.cpp --mmproj: the vision projector, relative to the payload directory.", LLAMACPP)
     projector_bytes: int | None = _key("size", "Budget - the projector's size, when its GGUF is not readable where the budget runs.", LLAMACPP, group="budget")
     drafter: str | None = _key("str", "llama.cpp --model-draft: the drafter GGUF, relative to the payload directory (its own header sizes its KV).", LLAMACPP)
-    drafter_geometry: dict[str, Any] | None = _key("mapping", "Budget - the drafter's geometry, when its header is not readable.", LLAMACPP, group="budget")
+    drafter_geometry: Mapping[str, Any] | None = _key("mapping", "Budget - the drafter's geometry, when its header is not readable.", LLAMACPP, group="budget")
     drafter_type_k: str | None = _key("str", "Budget - the drafter's K cache type (default: type_k).", LLAMACPP, group="budget")
     drafter_type_v: str | None = _key("str", "Budget - the drafter's V cache type (default: type_v).", LLAMACPP, group="budget")
     draft_max: int | None = _key("int", "llama.cpp --draft-max (drafter depth).", LLAMACPP, minimum=1, maximum=64)
@@ -308,8 +302,8 @@ class LlamaCppShape(Shape):
     compute_buffer: int | tuple[int, ...] | None = _key(
         "sizes", "Budget - compute buffers, one size or one per device (they scale with ubatch).", LLAMACPP, group="budget"
     )
-    slot_calibration: dict[str, Any] | None = _key(
-        "mapping", "Budget - two measured boots {boots: [{slots, used}, ...]} for the slot ceiling.", LLAMACPP, group="budget"
+    slot_calibration: Mapping[str, Any] | None = _key(
+        "mapping", "Budget - two measured boots {boots: [{slots, used}, ...]}: the slot ceiling.", LLAMACPP, group="budget"
     )
 
     @property
@@ -352,8 +346,8 @@ class VllmShape(Shape):
     prefix_caching: bool = _key("bool", "vLLM --enable-prefix-caching.", VLLM, default=False)
     tool_parser: str | None = _key("str", "vLLM --tool-call-parser (enables auto tool choice).", VLLM)
     reasoning_parser: str | None = _key("str", "vLLM --reasoning-parser.", VLLM)
-    speculative_config: dict[str, Any] | None = _key("mapping", "vLLM --speculative-config (a drafter: draft model, MTP or n-gram).", VLLM)
-    calibration: list[Any] = _key("list", "Budget - measured boots [{kv_dtype, max_model_len, pool_bytes, tokens}].", VLLM, default=(), group="budget")
+    speculative_config: Mapping[str, Any] | None = _key("mapping", "vLLM --speculative-config (a drafter: draft model, MTP or n-gram).", VLLM)
+    calibration: tuple[Any, ...] = _key("list", "Budget - measured boots [{kv_dtype, max_model_len, pool_bytes, tokens}].", VLLM, default=(), group="budget")
     weights_per_rank: int | None = _key("size", "Budget - weights per rank.", VLLM, group="budget")
     weights: int | None = _key("size", "Budget - weights in total (divided over the ranks).", VLLM, group="budget")
     graph_memory: int | None = _key("size", "Budget - measured graph memory per rank.", VLLM, group="budget")
