@@ -21,8 +21,8 @@ import os
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
-from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import read_text, write_atomically
 
 # Shape keys that decide the cache's layout within one geometry (what a boot was measured at).
 LLAMACPP_LAYOUT_KEYS = ("ctx_size", "parallel", "kv_unified", "ubatch", "swa_full")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, request_json
 from ansible_collections.frank.llm_fleet.plugins.module_utils.podman_engine import (
     EngineContainer,
@@ -21,14 +22,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.podman_engine impo
     digest_verdict,
     render_podman_env_file,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import (
-    UnitError,
-    UnitSpec,
-    read_text,
-    render_env_file,
-    render_unit,
-    write_atomically,
-)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.unit_manager import (
     PODMAN,
     GateError,

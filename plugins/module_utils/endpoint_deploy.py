@@ -21,7 +21,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps impor
     ensure_engine,
     ensure_unit,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.unit_manager import JOURNALCTL, SYSTEMCTL, Runner
 
 RECORD_FILE = "last-good.json"

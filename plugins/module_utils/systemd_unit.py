@@ -17,9 +17,7 @@ backslash.)
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -148,28 +146,3 @@ def render_unit(spec: UnitSpec) -> str:
         lines.append(f"{key}={spec.extra_service[key]}")
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
-def write_atomically(path: str, content: str | bytes, mode: int = 0o644) -> None:
-    """Write via a temp file in the same directory and rename: never a half-written unit."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content.encode("utf-8") if isinstance(content, str) else content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

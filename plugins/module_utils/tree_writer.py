@@ -10,7 +10,7 @@ import difflib
 import os
 from dataclasses import dataclass, field
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_bytes, write_atomically
 
 
 @dataclass
@@ -35,10 +35,7 @@ def write_tree(dest: str, files: dict[str, bytes], managed: tuple[str, ...] = ()
     report = TreeReport()
     for relative in sorted(files):
         path = os.path.join(dest, relative)
-        old = None
-        if os.path.exists(path):
-            with open(path, "rb") as handle:
-                old = handle.read()
+        old = read_bytes(path)
         if old == files[relative]:
             report.unchanged.append(relative)
             continue

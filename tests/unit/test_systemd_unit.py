@@ -3,6 +3,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import (
     UnitError,
     UnitSpec,
@@ -10,7 +11,6 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit impor
     render_env_file,
     render_exec,
     render_unit,
-    write_atomically,
 )
 
 HOSTILE = {
