@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import Manifest, ManifestFile, destination_path
 
 STAMP_FILE = ".llm-fleet-verified.json"
@@ -123,11 +124,7 @@ def write_stamp(dest: str, relative: str, sha256: str) -> None:
     with _stamp_lock:
         stamps = read_stamps(dest)
         stamps[relative] = {"sha256": sha256, "stat": _stamp_key(info)}
-        target = os.path.join(dest, STAMP_FILE)
-        tmp = f"{target}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(stamps, handle, indent=1, sort_keys=True)
-        os.replace(tmp, target)
+        write_atomically(os.path.join(dest, STAMP_FILE), json.dumps(stamps, indent=1, sort_keys=True))
 
 
 def stamped_sha256(dest: str, relative: str, stamps: dict[str, dict[str, object]] | None = None) -> str | None:

@@ -6,11 +6,12 @@ Ansible async poll (or an operator's `watch cat`) can read while the module runs
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
 from typing import TextIO
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
 
 
 class Progress:
@@ -57,10 +58,7 @@ class FileProgress(Progress):
         self.path = path
 
     def render(self) -> None:
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(self.snapshot(), handle)
-        os.replace(tmp, self.path)
+        write_atomically(self.path, json.dumps(self.snapshot()), durable=False)
 
 
 class BarProgress(Progress):

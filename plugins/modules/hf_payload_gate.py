@@ -159,6 +159,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_fetch import build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import (
@@ -239,16 +240,10 @@ def run_manifest(module: AnsibleModule) -> None:
     manifest = build_manifest(_client(module), module.params["repo_id"], module.params["revision"], module.params["files"])
     text = dump_manifest(manifest)
     path = module.params["manifest_path"]
-    before = ""
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            before = handle.read()
+    before = read_text(path) or ""
     changed = before != text
     if changed and not module.check_mode:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        write_atomically(path, text)
     result = {"changed": changed, "manifest": manifest.as_dict()}
     if module._diff:
         result["diff"] = {"before": before, "after": text, "before_header": path, "after_header": path}
