@@ -8,7 +8,7 @@ import time
 import pytest
 from lab_host import BIN, ROOT, cli, env, lab_shape, on_host, playbook, require_lab_host, served, unit_property, wait_healthy
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
 
 pytestmark = pytest.mark.lab
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils import observability
-from ansible_collections.frank.llm_fleet.plugins.module_utils.fleet_artifacts import exported_series
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import exported_series
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL = ROOT / ".cache" / "tools" / "promtool"
