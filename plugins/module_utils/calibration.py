@@ -21,6 +21,7 @@ import os
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 
@@ -189,9 +190,6 @@ def compare_boot(boot: dict[str, Any], boots: list[dict[str, Any]]) -> dict[str,
 
 
 def _geometry(spec: dict[str, Any]) -> kv_law.ModelGeometry:
-    # Imported here: budget imports this module for the calibration it feeds the price.
-    from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import geometry_from_dict  # pylint: disable=import-outside-toplevel
-
     return geometry_from_dict(spec, "model_geometry")
 
 

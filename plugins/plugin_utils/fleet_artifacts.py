@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import BudgetResult, ShapeError, price_shape, render_table
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, render_table
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.calibration import compare_boot
 from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import models_entry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import BudgetResult
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB
 
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]

@@ -3,7 +3,10 @@ import re
 import pytest
 from gguf_files import write_gguf
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import ShapeError, assign_layers, price_shape, render_table, slot_ceiling
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import assign_layers
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table, slot_ceiling
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB, parse_size
 
 CARD = "31.86 GiB"

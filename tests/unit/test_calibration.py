@@ -5,7 +5,8 @@ import copy
 import pytest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils import calibration
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import geometry_from_dict, price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
 
 MIB = 1 << 20
 GIB = 1 << 30
