@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / ".collections"))
 import gguf  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import read_header  # noqa: E402
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_header  # noqa: E402
 
 
 def write_many_tensors(path: Path, count: int) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.boot_ledger import parse_boot_log
-from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import client_window
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.engine_argv import ArgvError, engine_argv
 
 

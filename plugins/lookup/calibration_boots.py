@@ -43,7 +43,7 @@ _raw:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.calibration import load_boots
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import load_boots
 
 
 class LookupModule(LookupBase):

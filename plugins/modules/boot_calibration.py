@@ -94,7 +94,7 @@ comparison:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.calibration import boot_record, compare_boot, load_boots, store_boot
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import boot_record, compare_boot, load_boots, store_boot
 
 
 def main() -> None:

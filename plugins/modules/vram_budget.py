@@ -163,9 +163,9 @@ table:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFError
 
 
 def main() -> None:

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import compare_boot
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import models_entry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, render_table
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.calibration import compare_boot
-from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import models_entry
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
 

@@ -9,9 +9,9 @@ import pytest
 from lab_engine import MODELS, engine_image, serving
 from PIL import Image
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_model
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header, llamacpp_kv
 from ansible_collections.frank.llm_fleet.plugins.module_utils.capacity_probe import check_parallel, find_refusal_boundary
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import read_model
-from ansible_collections.frank.llm_fleet.plugins.module_utils.kv_law import geometry_from_header, llamacpp_kv
 from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import Endpoint
 
 pytestmark = pytest.mark.lab

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils import calibration
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
 

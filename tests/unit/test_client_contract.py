@@ -1,4 +1,4 @@
-from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import client_window, worst_case_request
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window, worst_case_request
 
 
 def test_production_ceiling_gives_the_measured_client_window():

@@ -5,13 +5,7 @@ import numpy as np
 import pytest
 from gguf_files import write_gguf
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import (
-    GGML_TYPES,
-    GGUFError,
-    read_header,
-    read_model,
-    split_part_paths,
-)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGML_TYPES, GGUFError, read_header, read_model, split_part_paths
 
 
 def test_type_table_matches_the_reference_implementation():

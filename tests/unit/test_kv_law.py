@@ -1,8 +1,8 @@
 import pytest
 from gguf_files import write_gguf
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import read_header
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, KIB, MIB
 
 FP8_POINTS = [

@@ -11,9 +11,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError, _int, _size
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFHeader
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import parse_size
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils import calibration, kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import DEFAULT_FREE_FLOOR, DEFAULT_MAX_GAP, ShapeError, _float, _int, _size
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import _load_geometry, assign_layers
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import (
     BudgetResult,
     DeviceLedger,
@@ -24,8 +26,6 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger impo
     _devices,
     slot_ceiling,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.client_contract import client_window
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFHeader, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB, SizeError, parse_size
 
 GRAPH_BASE_BYTES = 256 * MIB  # vLLM's own graph-memory estimate: 256 MiB + 52 MiB per captured graph

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.gguf_header import GGUFHeader
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader
 
 N_PAD = 256  # llama.cpp pads context and stream sizes to 256 cells
 

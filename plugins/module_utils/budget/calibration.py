@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils import kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB

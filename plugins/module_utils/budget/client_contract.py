@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.kv_law import llamacpp_per_slot_window
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import llamacpp_per_slot_window
 
 DEFAULT_GAP = 45_056
 COMPACTION_FRACTION = 0.85
