@@ -108,8 +108,8 @@ rolled_back:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.endpoint_deploy import deploy_endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
 
 
 def main() -> None:

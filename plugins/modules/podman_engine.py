@@ -188,7 +188,7 @@ env_file:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import ensure_engine, remove_engine, report
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine, report
 
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},

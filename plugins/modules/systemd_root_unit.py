@@ -213,7 +213,7 @@ elapsed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.deploy_steps import ensure_unit, remove_unit, report
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit, report
 
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},

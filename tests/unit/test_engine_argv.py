@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.engine_argv import ArgvError, engine_argv, override_tensor_flag
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv import ArgvError, engine_argv, override_tensor_flag
 
 PRIMARY = {
     "runtime": "vllm",

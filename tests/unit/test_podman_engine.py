@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -3,7 +3,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.port_owner import judge_listener, listeners_on, parse_ss_listeners, read_proc, unified_cgroup
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.port_owner import judge_listener, listeners_on, parse_ss_listeners, read_proc, unified_cgroup
 
 SS = """LISTEN 0      512          0.0.0.0:7771       0.0.0.0:*    users:(("llama-server",pid=4242,fd=3))
 LISTEN 0      4096       127.0.0.1:18080      0.0.0.0:*    users:(("python3",pid=77,fd=5),("python3",pid=78,fd=5))

@@ -4,7 +4,7 @@ import subprocess
 import pytest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import (
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import (
     UnitError,
     UnitSpec,
     quote_exec_arg,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.port_owner import judge_listener, listeners_on, read_proc
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.port_owner import judge_listener, listeners_on, read_proc
 
 Runner = Callable[[list[str]], tuple[int, str, str]]
 

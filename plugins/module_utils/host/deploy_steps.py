@@ -15,22 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, Runner, UnitManager, boottime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, request_json
-from ansible_collections.frank.llm_fleet.plugins.module_utils.podman_engine import (
-    EngineContainer,
-    EngineError,
-    digest_verdict,
-    render_podman_env_file,
-)
-from ansible_collections.frank.llm_fleet.plugins.module_utils.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit
-from ansible_collections.frank.llm_fleet.plugins.module_utils.unit_manager import (
-    PODMAN,
-    GateError,
-    HealthSpec,
-    Runner,
-    UnitManager,
-    boottime,
-)
 
 ENGINE_KEYS = (
     "name",
