@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, Runner, UnitManager, boottime
@@ -228,7 +229,7 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
         else:
             restarts_before = int(props.get("NRestarts", "0") or 0)  # unchanged and running
         if health:
-            result["health"] = manager.wait_healthy(name, health, started_at or 0.0, restarts_before).as_dict()
+            result["health"] = wait_healthy(manager, name, health, started_at or 0.0, restarts_before).as_dict()
         final = manager.show(name)
         result.update(main_pid=int(final.get("MainPID", 0) or 0), n_restarts=int(final.get("NRestarts", 0) or 0), active_state=final.get("ActiveState", ""))
     except GateError as exc:

@@ -1,24 +1,19 @@
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Drive a root unit through a (re)start and its gates, with systemctl, ss and podman.
+"""Drive a root unit through a (re)start, with systemctl, ss and podman.
 
 Sequence: stop the unit's own previous instance -> clear the engine container's own stale name
--> port gate (a foreign listener fails, named by PID and command line) -> start -> health gate:
-green only when the unit is active, the listener on the port is this unit's (cgroup) or its
-container's engine process, it started after this start, /health answers OK and /v1/models lists
-the served id. A growing NRestarts during the wait is a crash loop and fails fast. Every failure
-carries the unit's last journal lines.
+-> port gate (a foreign listener fails, named by PID and command line) -> start -> health gate
+(health.py). Every failure carries the unit's last journal lines.
 
 Commands run through one `runner(argv) -> (rc, stdout, stderr)`, so tests can drive the logic.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.port_owner import judge_listener, listeners_on, read_proc
@@ -42,6 +37,8 @@ class GateError(RuntimeError):
 
 @dataclass
 class HealthSpec:
+    """What the unit serves: the port gate reads the port and container, the health gate (health.py) all of it."""
+
     port: int
     host: str = "127.0.0.1"
     served_id: str = ""
@@ -53,48 +50,9 @@ class HealthSpec:
     allowed_restarts: int = 0
 
 
-@dataclass
-class HealthReport:
-    healthy: bool
-    listener_pid: int | None = None
-    listener_cmdline: str = ""
-    ownership: str = ""
-    models: list[str] = field(default_factory=list)
-    main_pid: int = 0
-    n_restarts: int = 0
-    active_state: str = ""
-    elapsed_s: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "healthy": self.healthy,
-            "listener_pid": self.listener_pid,
-            "listener_cmdline": self.listener_cmdline,
-            "ownership": self.ownership,
-            "models": self.models,
-            "main_pid": self.main_pid,
-            "n_restarts": self.n_restarts,
-            "active_state": self.active_state,
-            "elapsed_s": round(self.elapsed_s, 2),
-        }
-
-
 def boottime() -> float:
     """Seconds since boot on the clock /proc/PID/stat start times use."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """GET on the engine's own loopback port; (0, b"") when nothing answers."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read(1 << 20)
-    except (OSError, http.client.HTTPException):
-        return 0, b""
-    finally:
-        conn.close()
 
 
 class UnitManager:
@@ -173,66 +131,3 @@ class UnitManager:
             self.systemctl("stop", unit)
         if health and health.container:
             self.remove_container(health.container)
-
-    def wait_healthy(self, unit: str, health: HealthSpec, started_at: float, restarts_before: int) -> HealthReport:
-        deadline = time.monotonic() + health.timeout
-        begun = time.monotonic()
-        last_reason = "not checked yet"
-        report = HealthReport(False)
-        while True:
-            props = self.show(unit)
-            report.main_pid = int(props.get("MainPID", "0") or 0)
-            report.n_restarts = int(props.get("NRestarts", "0") or 0)
-            report.active_state = props.get("ActiveState", "")
-            report.elapsed_s = time.monotonic() - begun
-            if report.n_restarts > restarts_before + health.allowed_restarts:
-                raise self._fail(unit, f"{unit} is crash-looping: NRestarts went {restarts_before} -> {report.n_restarts} during the health wait", report)
-            if report.active_state == "failed":
-                raise self._fail(unit, f"{unit} failed to start", report)
-            if report.active_state == "active":
-                reason = self._probe(unit, props.get("ControlGroup", ""), health, started_at, report)
-                if reason is None:
-                    report.healthy = True
-                    return report
-                last_reason = reason
-            else:
-                last_reason = f"unit is {report.active_state}/{props.get('SubState', '')}"
-            if time.monotonic() > deadline:
-                raise self._fail(unit, f"{unit} not healthy after {health.timeout:.0f} s: {last_reason}", report)
-            time.sleep(health.interval)
-
-    def _probe(self, unit: str, cgroup: str, health: HealthSpec, started_at: float, report: HealthReport) -> str | None:
-        """None when green; else why not yet. A foreign listener fails at once."""
-        listeners = self.listeners(health.port)
-        if not listeners:
-            return f"nothing listens on port {health.port} yet"
-        container_pid = self.container_pid(health.container)
-        owned = None
-        waiting = ""
-        for pid, _cmdline in listeners:
-            verdict = judge_listener(pid, cgroup, container_pid, started_at, self.proc)
-            if verdict.owned:
-                owned = verdict
-                break
-            if verdict.foreign:
-                raise self._fail(unit, f"port {health.port}: {verdict.reason}; a foreign process answers there", report)
-            waiting = verdict.reason
-        if owned is None:
-            return waiting
-        report.listener_pid, report.listener_cmdline, report.ownership = owned.pid, owned.cmdline, owned.reason
-        status, _body = http_get(health.host, health.port, health.health_path)
-        if status != 200:
-            return f"{health.health_path} answered {status or 'nothing'}"
-        status, body = http_get(health.host, health.port, health.models_path)
-        if status != 200:
-            return f"{health.models_path} answered {status or 'nothing'}"
-        try:
-            report.models = [str(m.get("id")) for m in json.loads(body).get("data", [])]
-        except (ValueError, AttributeError):
-            return f"{health.models_path} did not answer JSON"
-        if health.served_id and health.served_id not in report.models:
-            return f"{health.models_path} lists {report.models}, not {health.served_id!r}"
-        return None
-
-    def _fail(self, unit: str, message: str, report: HealthReport) -> GateError:
-        return GateError(message, {"health": report.as_dict(), "journal": self.journal(unit)})

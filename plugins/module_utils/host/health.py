@@ -1,0 +1,125 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The health gate after a unit's start.
+
+Green only when the unit is active, the listener on the port is this unit's (cgroup) or its
+container's engine process, it started after this start, /health answers OK and /v1/models lists
+the served id. A growing NRestarts during the wait is a crash loop and fails fast. Every failure
+carries the unit's last journal lines.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.port_owner import judge_listener
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, HealthSpec, UnitManager
+
+
+@dataclass
+class HealthReport:
+    healthy: bool
+    listener_pid: int | None = None
+    listener_cmdline: str = ""
+    ownership: str = ""
+    models: list[str] = field(default_factory=list)
+    main_pid: int = 0
+    n_restarts: int = 0
+    active_state: str = ""
+    elapsed_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "listener_pid": self.listener_pid,
+            "listener_cmdline": self.listener_cmdline,
+            "ownership": self.ownership,
+            "models": self.models,
+            "main_pid": self.main_pid,
+            "n_restarts": self.n_restarts,
+            "active_state": self.active_state,
+            "elapsed_s": round(self.elapsed_s, 2),
+        }
+
+
+def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET on the engine's own loopback port; (0, b"") when nothing answers."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read(1 << 20)
+    except (OSError, http.client.HTTPException):
+        return 0, b""
+    finally:
+        conn.close()
+
+
+def wait_healthy(manager: UnitManager, unit: str, health: HealthSpec, started_at: float, restarts_before: int) -> HealthReport:
+    deadline = time.monotonic() + health.timeout
+    begun = time.monotonic()
+    last_reason = "not checked yet"
+    report = HealthReport(False)
+    while True:
+        props = manager.show(unit)
+        report.main_pid = int(props.get("MainPID", "0") or 0)
+        report.n_restarts = int(props.get("NRestarts", "0") or 0)
+        report.active_state = props.get("ActiveState", "")
+        report.elapsed_s = time.monotonic() - begun
+        if report.n_restarts > restarts_before + health.allowed_restarts:
+            raise _fail(manager, unit, f"{unit} is crash-looping: NRestarts went {restarts_before} -> {report.n_restarts} during the health wait", report)
+        if report.active_state == "failed":
+            raise _fail(manager, unit, f"{unit} failed to start", report)
+        if report.active_state == "active":
+            reason = _probe(manager, unit, props.get("ControlGroup", ""), health, started_at, report)
+            if reason is None:
+                report.healthy = True
+                return report
+            last_reason = reason
+        else:
+            last_reason = f"unit is {report.active_state}/{props.get('SubState', '')}"
+        if time.monotonic() > deadline:
+            raise _fail(manager, unit, f"{unit} not healthy after {health.timeout:.0f} s: {last_reason}", report)
+        time.sleep(health.interval)
+
+
+def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, started_at: float, report: HealthReport) -> str | None:
+    """None when green; else why not yet. A foreign listener fails at once."""
+    listeners = manager.listeners(health.port)
+    if not listeners:
+        return f"nothing listens on port {health.port} yet"
+    container_pid = manager.container_pid(health.container)
+    owned = None
+    waiting = ""
+    for pid, _cmdline in listeners:
+        verdict = judge_listener(pid, cgroup, container_pid, started_at, manager.proc)
+        if verdict.owned:
+            owned = verdict
+            break
+        if verdict.foreign:
+            raise _fail(manager, unit, f"port {health.port}: {verdict.reason}; a foreign process answers there", report)
+        waiting = verdict.reason
+    if owned is None:
+        return waiting
+    report.listener_pid, report.listener_cmdline, report.ownership = owned.pid, owned.cmdline, owned.reason
+    status, _body = http_get(health.host, health.port, health.health_path)
+    if status != 200:
+        return f"{health.health_path} answered {status or 'nothing'}"
+    status, body = http_get(health.host, health.port, health.models_path)
+    if status != 200:
+        return f"{health.models_path} answered {status or 'nothing'}"
+    try:
+        report.models = [str(m.get("id")) for m in json.loads(body).get("data", [])]
+    except (ValueError, AttributeError):
+        return f"{health.models_path} did not answer JSON"
+    if health.served_id and health.served_id not in report.models:
+        return f"{health.models_path} lists {report.models}, not {health.served_id!r}"
+    return None
+
+
+def _fail(manager: UnitManager, unit: str, message: str, report: HealthReport) -> GateError:
+    return GateError(message, {"health": report.as_dict(), "journal": manager.journal(unit)})
