@@ -8,9 +8,9 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv import ArgvError, engine_argv
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 
 
 def _engine_argv(shape: dict[str, Any], entry: list[str] | None = None) -> list[str]:

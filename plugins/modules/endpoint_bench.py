@@ -109,9 +109,9 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.bench import Arm, run_bench
-from ansible_collections.frank.llm_fleet.plugins.module_utils.capacity_probe import ProbeError, run_capacity_probe
-from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, run_bench
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import ProbeError, run_capacity_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint
 
 THINKING = {"default": None, "on": True, "off": False}
 

@@ -11,8 +11,8 @@ from PIL import Image
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header, llamacpp_kv
-from ansible_collections.frank.llm_fleet.plugins.module_utils.capacity_probe import check_parallel, find_refusal_boundary
-from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import Endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import check_parallel, find_refusal_boundary
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import Endpoint
 
 pytestmark = pytest.mark.lab
 

@@ -11,8 +11,8 @@ import re
 import pytest
 from lab_host import ROOT, cli, failures, lab_shape, on_host, playbook, require_lab_host, served, unit_property, wait_healthy
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
 
 pytestmark = pytest.mark.lab

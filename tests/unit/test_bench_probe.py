@@ -8,9 +8,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.bench import Arm, render_bench_table, run_bench
-from ansible_collections.frank.llm_fleet.plugins.module_utils.capacity_probe import ProbeError, decoding_together, find_refusal_boundary, window_from_refusal
-from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, stream_chat
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, render_bench_table, run_bench
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import (
+    ProbeError,
+    decoding_together,
+    find_refusal_boundary,
+    window_from_refusal,
+)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, stream_chat
 
 
 def test_window_from_llamacpp_refusal_body():

@@ -19,7 +19,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, Runner, UnitManager, boottime
-from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, request_json
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
 
 ENGINE_KEYS = (
     "name",

@@ -14,10 +14,10 @@ import json
 import os
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, chat_probe, ensure_engine, ensure_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL, Runner
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 
 RECORD_FILE = "last-good.json"
 LEDGER_FILE = "boot-ledger.json"

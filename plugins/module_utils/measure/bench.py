@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, StreamResult, run_concurrently, stream_chat
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, StreamResult, run_concurrently, stream_chat
 
 # Real prompts of the kinds the fleet serves: short answers, code, summarising, reasoning, a
 # multi-turn follow-up. Fixed so runs compare; the salt, not the text, varies per run.

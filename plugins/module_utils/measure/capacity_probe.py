@@ -16,7 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.openai_client import ApiError, Endpoint, StreamResult, request_json, run_concurrently, stream_chat
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import (
+    ApiError,
+    Endpoint,
+    StreamResult,
+    request_json,
+    run_concurrently,
+    stream_chat,
+)
 
 # Filler whose tokenisation is ordinary prose; the salt keeps each probe off any prefix cache.
 FILLER = "The operator measured the endpoint again and wrote the figures into the ledger. "
