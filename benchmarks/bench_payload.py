@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT / "lab"))
 
 from hub_emulator import HubEmulator  # noqa: E402
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.hub_client import HubClient  # noqa: E402
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_fetch import build_manifest, fetch_payload  # noqa: E402
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import Manifest, ManifestFile  # noqa: E402
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_verify import sha256_path, verify_payload  # noqa: E402
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload  # noqa: E402
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient  # noqa: E402
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile  # noqa: E402
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import sha256_path, verify_payload  # noqa: E402
 
 GIB = 1 << 30
 TOTAL = 191_919_144_448

@@ -160,16 +160,11 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.hub_client import HubClient, HubError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_fetch import build_manifest, fetch_payload
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import (
-    ManifestError,
-    dump_manifest,
-    load_manifest,
-    parse_manifest,
-)
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_verify import verify_payload
-from ansible_collections.frank.llm_fleet.plugins.module_utils.progress import FileProgress
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest, parse_manifest
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import FileProgress
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
 
 
 def _load(module: AnsibleModule):

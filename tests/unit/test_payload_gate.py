@@ -7,16 +7,10 @@ import pytest
 from conftest import GATED, REPO, TOKEN
 from hub_emulator import Fault
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.hub_client import HubClient, HubError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_fetch import build_manifest, fetch_payload
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import (
-    Manifest,
-    ManifestError,
-    ManifestFile,
-    destination_path,
-    parse_manifest,
-)
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_verify import STAMP_FILE, verify_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestError, ManifestFile, destination_path, parse_manifest
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import STAMP_FILE, verify_payload
 
 
 def by_path(results):

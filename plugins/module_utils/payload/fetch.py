@@ -25,14 +25,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.hub_client import HubClient, HubError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import Manifest, ManifestFile, destination_path, safe_relative_path
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_verify import (
-    ProgressCallback,
-    size_gate,
-    stamped_sha256,
-    write_stamp,
-)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile, destination_path, safe_relative_path
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import ProgressCallback, size_gate, stamped_sha256, write_stamp
 
 READ_CHUNK = 4 << 20
 PREFIX_CHUNK = 64 << 20

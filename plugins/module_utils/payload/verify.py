@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload_manifest import Manifest, ManifestFile, destination_path
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile, destination_path
 
 STAMP_FILE = ".llm-fleet-verified.json"
 HASH_CHUNK = 64 << 20  # bytes handed to one sha256 update (the GIL is released for it)
