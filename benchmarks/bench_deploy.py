@@ -55,11 +55,11 @@ def main() -> int:
     cold = playbook("playbooks/deploy-secondary.yml")
     print(f"cold deploy (unit absent): {cold:.1f} s")
 
-    shape = yaml.safe_load((ROOT / "inventories" / "lab" / "group_vars" / "frank_secondary.yml").read_text())["frank_secondary_shape"]
+    shape = yaml.safe_load((ROOT / "inventories" / "lab" / "host_vars" / "frank-secondary.yml").read_text())["endpoint_shape"]
     with tempfile.NamedTemporaryFile("w", suffix=".yml") as bad:
-        yaml.safe_dump({"frank_secondary_shape": {**shape, "extra_args": ["--no-such-flag"]}}, bad)
+        yaml.safe_dump({"endpoint_shape": {**shape, "extra_args": ["--no-such-flag"]}}, bad)
         bad.flush()
-        rollback = playbook("playbooks/deploy-secondary.yml", "-e", f"@{bad.name}", check=False)
+        rollback = playbook("playbooks/deploy-secondary.yml", "--limit", "frank-secondary", "-e", f"@{bad.name}", check=False)
     print(f"failed deploy with automatic rollback (crash loop detected, last-known-good restored): {rollback:.1f} s")
     playbook("playbooks/deploy-secondary.yml")
     return 0

@@ -9,7 +9,7 @@ echo "== deploy frank-primary on the lab"
 ansible-playbook playbooks/deploy-primary.yml
 echo "== deploy again: nothing may change"
 ansible-playbook playbooks/deploy-primary.yml | tee /tmp/llm-fleet-demo-rerun.log
-grep -E '^llm-fleet-lab-host1 +: .*changed=0 ' /tmp/llm-fleet-demo-rerun.log >/dev/null \
+grep -E '^frank-primary +: .*changed=0 ' /tmp/llm-fleet-demo-rerun.log >/dev/null \
     || { echo "demo: the rerun changed something" >&2; exit 1; }
 echo "== rerun reported changed=0"
 if [[ -d .lab/calibration ]]; then

@@ -1,4 +1,7 @@
-"""Driving the lab host: deploy playbooks with a shape override, run commands on the host."""
+"""Driving the lab host: deploy playbooks with a shape override, run commands on the host.
+
+The lab host is the machine (the container llm-fleet-lab-host1); each endpoint is an inventory host
+of its own (frank-primary, frank-secondary) whose ansible_host is that machine."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "llm-fleet-lab-host1"
 BIN = Path(sys.executable).parent
-LAB_VARS = ROOT / "inventories" / "lab" / "group_vars"
+LAB_INVENTORY = ROOT / "inventories" / "lab"
 
 
 def env() -> dict[str, str]:
@@ -41,20 +44,33 @@ def require_lab_host() -> None:
         pytest.skip("the lab host is not running (run `make lab-up`); CI starts it", allow_module_level=True)
 
 
-def lab_shape(role: str) -> dict:
-    return yaml.safe_load((LAB_VARS / f"{role}.yml").read_text())[f"{role}_shape"]
+def lab_shape(endpoint: str, inventory: Path = LAB_INVENTORY) -> dict:
+    """An endpoint's shape as its inventory writes it (host_vars/ENDPOINT.yml)."""
+    return yaml.safe_load((inventory / "host_vars" / f"{endpoint}.yml").read_text())["endpoint_shape"]
 
 
-def playbook(tmp_path: Path, name: str, *extra: str, extra_vars: dict | None = None) -> tuple[int, dict, str]:
-    """Run a playbook against the lab; (exit status, the lab host's stats, the JSON output)."""
+def playbook(
+    tmp_path: Path, name: str, *extra: str, extra_vars: dict | None = None, limit: str | None = None, inventory: Path | None = None
+) -> tuple[int, dict, str]:
+    """Run a playbook against the lab (or another inventory); (exit status, the stats summed over the
+    play's hosts, the JSON output). A shape override is an extra var (endpoint_shape): give `limit`
+    (the endpoint) so it reaches that endpoint only."""
     argv = [str(BIN / "ansible-playbook"), f"playbooks/{name}", *extra]
+    if inventory is not None:
+        argv += ["-i", str(inventory)]
+    if limit:
+        argv += ["--limit", limit]
     if extra_vars:
         vars_file = tmp_path / "extra-vars.yml"
         vars_file.write_text(yaml.safe_dump(extra_vars))
         argv += ["-e", f"@{vars_file}"]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env={**env(), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}, check=False)
     out = json.loads(proc.stdout[proc.stdout.index("{") :])
-    return proc.returncode, out["stats"].get(HOST, {}), proc.stdout
+    stats: dict[str, int] = {}
+    for host_stats in out["stats"].values():
+        for key, value in host_stats.items():
+            stats[key] = stats.get(key, 0) + value
+    return proc.returncode, stats, proc.stdout
 
 
 def on_host(*argv: str, check: bool = True) -> str:

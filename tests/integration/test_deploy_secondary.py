@@ -1,5 +1,6 @@
-"""deploy-secondary.yml end to end on the lab host (llama-server in podman under the root unit):
-gates, idempotence, refusals, rollback, the calibration loop, the bench playbook, unit metrics."""
+"""deploy-secondary.yml (deploy.yml for the endpoint host frank-secondary) end to end on the lab
+host (llama-server in podman under the root unit): gates, idempotence, refusals, rollback, the
+calibration loop, the bench playbook, unit metrics."""
 
 import json
 import subprocess
@@ -16,11 +17,12 @@ require_lab_host()
 
 UNIT = "frank-secondary.service"
 PORT = 7771
-LAB_SHAPE = lab_shape("frank_secondary")
+LAB_SHAPE = lab_shape("frank-secondary")
 
 
 def deploy(tmp_path, *extra, shape=None):
-    return playbook(tmp_path, "deploy-secondary.yml", *extra, extra_vars={"frank_secondary_shape": shape} if shape is not None else None)
+    extra_vars = {"endpoint_shape": shape} if shape is not None else None
+    return playbook(tmp_path, "deploy-secondary.yml", *extra, extra_vars=extra_vars, limit="frank-secondary")
 
 
 def main_pid():
@@ -94,7 +96,7 @@ def test_each_boot_is_stored_and_its_kv_agrees_exactly_with_the_prediction(tmp_p
 
 def test_bench_playbook_keeps_json_table_and_plot_on_the_controller(tmp_path):
     argv = [str(BIN / "ansible-playbook"), "playbooks/bench.yml", "-e", f"llm_fleet_bench_dir={tmp_path}", "-e", "endpoint_bench_max_tokens=16"]
-    argv += ["-e", "bench_endpoints=frank_secondary"]
+    argv += ["--limit", "frank-secondary"]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env(), check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
     [result] = tmp_path.glob("frank-secondary-*.json")

@@ -21,7 +21,7 @@ require_lab_host()
 
 UNIT = "frank-primary.service"
 PORT = 7770
-LAB_SHAPE = lab_shape("frank_primary")
+LAB_SHAPE = lab_shape("frank-primary")
 MODEL = ROOT / ".lab" / "models" / LAB_SHAPE["model_file"]
 # A second shape of the same geometry: shorter requests, three of them, a 3 MiB pool.
 OTHER_SHAPE = {**LAB_SHAPE, "max_model_len": 2048, "max_num_seqs": 3, "kv_cache_memory_bytes": "3 MiB"}
@@ -35,8 +35,8 @@ def store(tmp_path_factory):
 def deploy(tmp_path, store, *extra, shape=None):
     extra_vars = {"llm_fleet_calibration_dir": str(store)}
     if shape is not None:
-        extra_vars["frank_primary_shape"] = shape
-    return playbook(tmp_path, "deploy-primary.yml", *extra, extra_vars=extra_vars)
+        extra_vars["endpoint_shape"] = shape
+    return playbook(tmp_path, "deploy-primary.yml", *extra, extra_vars=extra_vars, limit="frank-primary")
 
 
 def engine_kv_line() -> tuple[int, float]:
@@ -97,9 +97,7 @@ def test_the_committed_vllm_series_list_is_what_the_lab_engine_exports():
 
 
 def test_probe_reads_the_refusal_boundary_from_vllm(tmp_path):
-    rc, _stats, out = playbook(
-        tmp_path, "bench.yml", "-e", f"llm_fleet_bench_dir={tmp_path}", "-e", "endpoint_bench_max_tokens=16", "-e", "bench_endpoints=frank_primary"
-    )
+    rc, _stats, out = playbook(tmp_path, "bench.yml", "-e", f"llm_fleet_bench_dir={tmp_path}", "-e", "endpoint_bench_max_tokens=16", limit="frank-primary")
     assert rc == 0, failures(out)
     [result] = tmp_path.glob("frank-primary-*.json")
     stored = json.loads(result.read_text())

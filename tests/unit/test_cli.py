@@ -50,15 +50,22 @@ def test_svg_picture_has_one_bar_segment_per_term(tmp_path):
     assert heights.index(max(heights)) == 3  # the arena is the largest term
 
 
-def test_generated_endpoint_roles_are_in_sync_with_their_generator():
+def test_generated_shape_keys_are_in_sync_with_their_generator():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_role_specs.py"), "--check"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
 
 
-def test_budget_from_the_inventory_takes_the_roles_devices_and_draws_a_png(tmp_path):
+def test_budget_of_an_inventory_endpoint_takes_its_devices_and_draws_a_png(tmp_path):
     picture = tmp_path / "ledger.png"
-    proc = run("budget", "--host", "dankserver", "--var", "frank_primary_shape", "-i", "inventories/production", "--png", str(picture))
+    proc = run("budget", "--endpoint", "frank-primary", "-i", "inventories/production", "--png", str(picture))
     assert proc.returncode == 0, proc.stderr
     assert "r9700-0" in proc.stdout and "r9700-1" in proc.stdout
     with Image.open(picture) as image:
         assert image.format == "PNG" and image.size == (1000, 600)
+
+
+def test_budget_names_the_inventorys_endpoints_and_the_removed_flags():
+    proc = run("budget", "--endpoint", "dankserver", "-i", "inventories/production")
+    assert proc.returncode != 0 and "frank-primary, frank-secondary, frank-large" in proc.stderr
+    proc = run("budget", "--host", "dankserver", "--var", "frank_primary_shape", "-i", "inventories/production")
+    assert proc.returncode != 0 and "--endpoint NAME" in proc.stderr and "docs/migration.md" in proc.stderr

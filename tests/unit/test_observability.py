@@ -32,12 +32,12 @@ def inventory(tmp_path):
     return copy
 
 
-def edit_shape(inventory, role, **changes):
-    path = inventory / "group_vars" / f"{role}.yml"
+def edit_shape(inventory, endpoint, **changes):
+    path = inventory / "host_vars" / f"{endpoint}.yml"
     data = yaml.safe_load(path.read_text())
-    data[f"{role}_shape"].update(changes)
+    data["endpoint_shape"].update(changes)
     for key in [k for k, v in changes.items() if v is None]:
-        del data[f"{role}_shape"][key]
+        del data["endpoint_shape"][key]
     path.write_text(yaml.safe_dump(data))
 
 
@@ -99,7 +99,7 @@ def test_changing_the_runtime_moves_rules_and_dashboard_to_the_other_namespace(i
     before = series_of(rules_of(out, "frank-primary"))
     assert any(s.startswith("vllm:") for s in before) and not any(s.startswith("llamacpp:") for s in before)
     assert "frank-primary" in json.loads((out / "grafana" / "vllm.json").read_text())["templating"]["list"][1]["query"]
-    edit_shape(inventory, "frank_primary", runtime="llamacpp", launch="native", model_file="model.gguf", ctx_size=401408, parallel=2)
+    edit_shape(inventory, "frank-primary", runtime="llamacpp", launch="native", model_file="model.gguf", ctx_size=401408, parallel=2)
     proc = generate(inventory, out)
     assert proc.returncode == 0, proc.stderr
     after = series_of(rules_of(out, "frank-primary"))
@@ -118,7 +118,7 @@ def test_models_window_follows_a_context_change_by_the_law(inventory, tmp_path):
     model = yaml.safe_load((out / "client" / "frank-primary.models.yml").read_text())["models"][0]
     assert (model["contextWindow"], model["maxTokens"]) == (155_648, 45_056)  # ceiling 200,704 - gap 45,056
     assert model["input"] == ["text"] and model["reasoningEffort"]["none"] == {"chat_template_kwargs": {"enable_thinking": False}}
-    edit_shape(inventory, "frank_primary", max_model_len=262_144)
+    edit_shape(inventory, "frank-primary", max_model_len=262_144)
     proc = generate(inventory, out, "--diff")
     assert proc.returncode == 0
     assert "-    contextWindow: 155648\n+    contextWindow: 217088\n" in proc.stdout  # 262,144 - 45,056
