@@ -1,124 +1,130 @@
 #!/usr/bin/env python3
-"""Generate the shape keys of the endpoint role's argument specs from one table.
+"""Write everything that describes the shape's keys from the shape's own declaration.
 
 Every endpoint is an inventory host deployed by roles/endpoint; its shape is the host variable
-`endpoint_shape`. This script writes the `options:` of `endpoint_shape` in
-roles/endpoint/meta/argument_specs.yml (between two marker comments; the rest of that file is
-written by hand), so every shape key is declared and a typo in an inventory fails at the start of
-the play. `--check` exits 1 when the committed file differs from what it would write (the unit
-tests run it).
+`endpoint_shape`, parsed by plugins/module_utils/shape/model.py, where each key is declared once
+(kind, help, runtimes, default). This script writes, from that declaration:
+- the `options:` of `endpoint_shape` in roles/endpoint/meta/argument_specs.yml (between two marker
+  comments; the rest of that file is written by hand), so a typo in an inventory fails at the start
+  of the play;
+- docs/shape.md, the table of every shape key.
+`--check` exits 1 when a committed file differs from what it would write (the unit tests run it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from generated import report, sync
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / ".collections"))
 
-# key: (type, description, choices)
-SHAPE_KEYS = {
-    "runtime": ("str", "The engine: llamacpp or vllm.", ["llamacpp", "vllm"]),
-    "launch": ("str", "native (a binary under the unit) or podman (a container under the unit).", ["native", "podman"]),
-    "served_id": ("str", "The model id clients ask for (llama.cpp --alias, vLLM --served-model-name); default the endpoint's name.", None),
-    "port": ("int", "The endpoint's port (every endpoint writes it; two endpoints on one machine need two ports).", None),
-    "bind": ("str", "Address the engine listens on; default 127.0.0.1.", None),
-    "probe_host": ("str", "Address the health gate and probes use.", None),
-    "model_file": ("str", "The model's path relative to the payload directory (first part of a split GGUF).", None),
-    "ctx_size": ("int", "llama.cpp --ctx-size (divided into --parallel windows).", None),
-    "parallel": ("int", "llama.cpp --parallel (slots).", None),
-    "type_k": ("str", "llama.cpp K cache type.", None),
-    "type_v": ("str", "llama.cpp V cache type.", None),
-    "kv_unified": ("bool", "llama.cpp --kv-unified.", None),
-    "swa_full": ("bool", "llama.cpp full-size SWA cache.", None),
-    "batch": ("int", "llama.cpp --batch-size.", None),
-    "ubatch": ("int", "llama.cpp --ubatch-size.", None),
-    "n_gpu_layers": ("int", "llama.cpp --n-gpu-layers.", None),
-    "tensor_split": ("raw", "llama.cpp --tensor-split, a list or 'a,b'.", None),
-    "override_tensor": ("raw", "llama.cpp --override-tensor patterns, a mapping pattern -> buffer.", None),
-    "projector_path": ("str", "llama.cpp --mmproj path as the engine sees it.", None),
-    "drafter_path": ("str", "llama.cpp --model-draft path as the engine sees it.", None),
-    "draft_max": ("int", "llama.cpp --draft-max (drafter depth).", None),
-    "cache_ram": ("raw", "llama.cpp --cache-ram as a size (also priced by the budget).", None),
-    "jinja": ("bool", "llama.cpp --jinja (default on).", None),
-    "extra_args": ("list", "Further engine arguments.", None),
-    "max_model_len": ("int", "vLLM --max-model-len.", None),
-    "max_num_seqs": ("int", "vLLM --max-num-seqs.", None),
-    "kv_cache_dtype": ("str", "vLLM --kv-cache-dtype.", None),
-    "kv_cache_memory_bytes": ("raw", "vLLM --kv-cache-memory-bytes per rank, as a size.", None),
-    "max_num_batched_tokens": ("int", "vLLM --max-num-batched-tokens.", None),
-    "tensor_parallel": ("int", "vLLM --tensor-parallel-size.", None),
-    "gpu_memory_utilization": ("float", "vLLM --gpu-memory-utilization (below 1.0).", None),
-    "prefix_caching": ("bool", "vLLM --enable-prefix-caching.", None),
-    "tool_parser": ("str", "vLLM --tool-call-parser (enables auto tool choice).", None),
-    "reasoning_parser": ("str", "vLLM --reasoning-parser.", None),
-    "speculative_config": ("dict", "vLLM --speculative-config (a drafter; its metrics get a speculative-decoding alert).", None),
-    "reasoning_control": (
-        "str",
-        "Client contract - how the chat template switches reasoning: enable_thinking, reasoning_effort or none.",
-        ["enable_thinking", "reasoning_effort", "none"],
-    ),
-    "client_base_url": ("str", "The URL clients use, for the client contract (default http://HOST:PORT/v1).", None),
-    "restart_sec": ("int", "The unit's RestartSec.", None),
-    "calibration": ("list", "Budget - measured vLLM boots.", None),
-    "weights_per_rank": ("raw", "Budget - vLLM weights per rank.", None),
-    "weights": ("raw", "Budget - vLLM weights in total.", None),
-    "graph_memory": ("raw", "Budget - measured graph memory.", None),
-    "graph_captures": ("int", "Budget - captured graphs (estimate).", None),
-    "runtime_overhead": ("raw", "Budget - vLLM runtime overhead.", None),
-    "non_torch_memory": ("raw", "Budget - non-torch memory.", None),
-    "expert_arena": ("raw", "Budget - expert arena (declared).", None),
-    "expert_offload": ("bool", "Budget - the arena takes what remains.", None),
-    "free_floor": ("raw", "Budget - per-device free floor.", None),
-    "max_device_gap": ("raw", "Budget - maximum gap between devices.", None),
-    "extra_terms": ("list", "Budget - declared extra terms.", None),
-    "compute_buffer": ("raw", "Budget - llama.cpp compute buffers (one size or per device).", None),
-    "projector": ("raw", "Budget - projector GGUF path or size.", None),
-    "drafter": ("str", "Budget - drafter GGUF path (its own header sizes its KV).", None),
-    "model_geometry": ("dict", "Budget - explicit geometry when the payload is not readable where the budget runs.", None),
-    "drafter_geometry": ("dict", "Budget - explicit drafter geometry.", None),
-    "slot_calibration": ("dict", "Budget - two measured boots for the slot ceiling.", None),
-    "host_ram": ("raw", "Budget - host RAM for the prompt-cache law.", None),
-    "client_gap": ("int", "Client contract gap.", None),
-    "client_max_tokens": ("int", "Client maxTokens.", None),
-}
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import SHAPE_FIELDS, ShapeField  # noqa: E402
 
 SPEC = "roles/endpoint/meta/argument_specs.yml"
-BEGIN = "        # Generated by scripts/gen_role_specs.py from its SHAPE_KEYS table; edit that table, not these lines."
+DOC = "docs/shape.md"
+BEGIN = "        # Generated by scripts/gen_role_specs.py from plugins/module_utils/shape/model.py; edit the shape, not these lines."
 END = "        # End of the generated shape keys."
+
+# The shape parser's kinds as Ansible's argument spec types (the parser does the finer checks:
+# sizes, bounds, control characters).
+SPEC_TYPES = {
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+    "str": "str",
+    "choice": "str",
+    "args": "list",
+    "list": "list",
+    "mapping": "dict",
+    "size": "raw",
+    "sizes": "raw",
+    "split": "raw",
+    "overrides": "raw",
+}
+KIND_TEXT = {
+    "size": "size (e.g. `24,576 MiB`, `31.86 GiB`, `7.2e9`)",
+    "sizes": "size, or a list of sizes (one per device)",
+    "split": "list of shares, or `a,b`",
+    "overrides": "mapping pattern -> buffer",
+    "args": "list of strings",
+    "choice": "one of",
+}
+
+
+def _default(spec: ShapeField) -> str:
+    if spec.required:
+        return "required"
+    if spec.default in (None, ()):
+        return ""
+    if spec.kind == "size":
+        return f"{spec.default / (1 << 30):g} GiB" if spec.default else "0"
+    return json.dumps(spec.default)
 
 
 def render_shape_options() -> list[str]:
     """The `options:` of endpoint_shape, indented for its place in the endpoint role's spec."""
     lines = ["        options:"]
-    for key, (kind, description, choices) in SHAPE_KEYS.items():
-        lines += [f"          {key}:", f"            type: {kind}"]
-        if choices:
-            lines.append(f"            choices: [{', '.join(choices)}]")
-        if kind == "list":
-            lines.append("            elements: raw")
-        lines.append(f'            description: "{description}"')
+    for key, spec in SHAPE_FIELDS.items():
+        lines += [f"          {key}:", f"            type: {SPEC_TYPES[spec.kind]}"]
+        if spec.choices:
+            lines.append(f"            choices: [{', '.join(spec.choices)}]")
+        if SPEC_TYPES[spec.kind] == "list":
+            lines.append(f"            elements: {'str' if spec.kind == 'args' else 'raw'}")
+        runtimes = "" if len(spec.runtimes) > 1 else f" ({next(iter(spec.runtimes))} only)"
+        default = _default(spec)
+        default_text = "" if default in ("", "required") else f" Default {default}."
+        lines.append(f"            description: {json.dumps(spec.help + runtimes + default_text)}")
     return lines
 
 
-def render(current: str) -> str:
+def render_spec(current: str) -> str:
     """The spec file with the lines between BEGIN and END replaced by the generated shape keys."""
     lines = current.splitlines()
+    markers = [i for i, line in enumerate(lines) if line.strip().startswith("# Generated by scripts/gen_role_specs.py")]
     try:
-        first, last = lines.index(BEGIN), lines.index(END)
-    except ValueError:
+        first, last = markers[0], lines.index(END)
+    except (IndexError, ValueError):
         raise SystemExit(f"{SPEC}: the markers of the generated shape keys are missing:\n{BEGIN}\n{END}") from None
-    return "\n".join([*lines[: first + 1], *render_shape_options(), *lines[last:]]) + "\n"
+    return "\n".join([*lines[:first], BEGIN, *render_shape_options(), *lines[last:]]) + "\n"
+
+
+def render_doc() -> str:
+    lines = [
+        "# The shape: every key",
+        "",
+        "<!-- Generated by scripts/gen_role_specs.py from plugins/module_utils/shape/model.py; edit the shape, not this page. -->",
+        "",
+        "An endpoint's shape is its host variable `endpoint_shape`. One parser (`parse_shape()` in",
+        "`plugins/module_utils/shape/model.py`) reads it for the budget, the engine command line, the",
+        "calibration store, the client contract and observability, so the gate prices exactly the shape",
+        "that launches. A key of the other runtime, an unknown key (with the closest key suggested), a",
+        "missing required key, a value of the wrong kind or out of range: each fails naming the field.",
+        "Sizes accept bytes or strings such as `31.86 GiB`, `12,544 MiB` or `7.2e9`. Payload paths",
+        "(`model_file`, `projector`, `drafter`) are relative to `endpoint_payload_dir`.",
+        "",
+        "| key | runtime | kind | default | what |",
+        "|---|---|---|---|---|",
+    ]
+    for key, spec in SHAPE_FIELDS.items():
+        runtime = "both" if len(spec.runtimes) > 1 else next(iter(spec.runtimes))
+        kind = KIND_TEXT.get(spec.kind, spec.kind)
+        if spec.choices:
+            kind = f"one of {', '.join(f'`{c}`' for c in spec.choices)}"
+        default = _default(spec)
+        lines.append(f"| `{key}` | {runtime} | {kind} | {f'`{default}`' if default not in ('', 'required') else default} | {spec.help} |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="report drift instead of writing")
     args = parser.parse_args()
-    files = {SPEC: render((ROOT / SPEC).read_text())}
+    files = {SPEC: render_spec((ROOT / SPEC).read_text()), DOC: render_doc()}
     return report(sync(ROOT, files, args.check), "scripts/gen_role_specs.py")
 
 

@@ -1,6 +1,6 @@
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters over the core: a shape's engine argv, the client window, a parsed boot ledger."""
+"""Filters over the core: the parsed shape, its engine argv, the client window, a parsed boot ledger."""
 
 from __future__ import annotations
 
@@ -11,11 +11,19 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv import ArgvError, engine_argv
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
 
 
-def _engine_argv(shape: dict[str, Any], entry: list[str] | None = None) -> list[str]:
+def _shape(raw: dict[str, Any], name: str | None = None) -> dict[str, Any]:
     try:
-        return engine_argv(shape, entry)
+        return parse_shape(raw, name).as_dict()
+    except ShapeError as exc:
+        raise AnsibleFilterError(f"endpoint_shape: {exc}") from None
+
+
+def _engine_argv(shape: dict[str, Any], entry: list[str] | None = None, model_root: str = "", name: str | None = None) -> list[str]:
+    try:
+        return engine_argv(shape, model_root, entry, name)
     except ArgvError as exc:
         raise AnsibleFilterError(f"engine_argv: {exc}") from None
 
@@ -33,4 +41,4 @@ def _boot_ledger(text: str) -> dict[str, Any]:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"engine_argv": _engine_argv, "client_window": _client_window, "boot_ledger": _boot_ledger}
+        return {"shape": _shape, "engine_argv": _engine_argv, "client_window": _client_window, "boot_ledger": _boot_ledger}

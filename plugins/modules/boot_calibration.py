@@ -38,7 +38,7 @@ options:
     type: str
     required: true
   shape:
-    description: The shape that booted, as priced (the model path is replaced by O(model_geometry)).
+    description: The shape that booted, as priced (stored with O(model_geometry) in place of the payload).
     type: dict
     required: true
   geometry_key:
@@ -67,7 +67,7 @@ EXAMPLES = r"""
     store_dir: "{{ inventory_dir }}/calibration"
     endpoint: frank-primary
     host: "{{ inventory_hostname }}"
-    shape: "{{ frank_primary_shape }}"
+    shape: "{{ endpoint_shape }}"
     geometry_key: "{{ budget.geometry_key }}"
     model_geometry: "{{ budget.model_geometry }}"
     pool_bytes: "{{ budget.kv.pool_bytes | default(omit) }}"
@@ -95,6 +95,7 @@ comparison:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import boot_record, compare_boot, load_boots, store_boot
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
 
 
 def main() -> None:
@@ -113,7 +114,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    record = boot_record(p["endpoint"], p["host"], p["shape"], p["geometry_key"], p["model_geometry"], p["ledger"], p["pool_bytes"], p["recorded_at"])
+    try:
+        shape = parse_shape(p["shape"], p["endpoint"])
+    except ShapeError as exc:
+        module.fail_json(msg=f"shape is invalid: {exc}")
+    record = boot_record(p["endpoint"], p["host"], shape, p["geometry_key"], p["model_geometry"], p["ledger"], p["pool_bytes"], p["recorded_at"])
     try:
         path, changed = store_boot(p["store_dir"], record, module.check_mode)
         boots = load_boots(p["store_dir"], p["endpoint"])

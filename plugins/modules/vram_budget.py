@@ -14,13 +14,15 @@ description:
     drafter and its own KV, runtime overhead, non-torch memory, expert arena, declared extras)
     from the model's GGUF header or an explicit geometry, and judges it against the laws of the
     runtime - capacity, per-device free floor, maximum gap between devices, the vLLM pool law
-    (C(ctx <= pool <= slots x ctx)), C(gpu_memory_utilization < 1.0), the measured slot ceiling,
-    the llama.cpp prompt-cache law and the client window.
+    (C(ctx <= pool <= slots x ctx)), the measured slot ceiling, the llama.cpp prompt-cache law and
+    the client window. The shape is parsed by the collection's one shape parser first, so an
+    unknown key, a key of the other runtime, a missing required key or a value out of range
+    (for example C(gpu_memory_utilization) of 1.0) fails naming the field.
   - vLLM KV tokens come from calibration (measured boots); a formula estimate is used only as a
     fallback, and the result says which basis it used and when it extrapolated.
   - Fails, naming the device, the term and the overage in MiB, unless O(report_only=true).
-  - Reads only file headers; the shape's payload must be readable where the module runs (use
-    C(model_geometry) in O(shape) when it is not, for example for a controller-side check).
+  - Reads only file headers, under O(payload_dir); without it the shape's C(model_geometry),
+    C(drafter_geometry) and C(projector_bytes) stand in (a controller-side check).
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
@@ -28,10 +30,11 @@ extends_documentation_fragment:
 options:
   shape:
     description:
-      - The shape, as an inventory holds it. Keys are documented in C(docs/vram_budget.md).
-      - Common keys are C(runtime) (C(llamacpp) or C(vllm)), C(devices) (a list of
-        C(name)/C(memory)), C(model) (GGUF path, first part of a split set), C(ctx_size),
-        C(parallel), C(type_k), C(type_v), C(tensor_split), C(max_model_len), C(max_num_seqs),
+      - The shape, as an inventory holds it (C(endpoint_shape)). Every key is listed in
+        C(docs/shape.md).
+      - Common keys are C(runtime) (C(llamacpp) or C(vllm)), C(model_file) (relative to
+        O(payload_dir); the first part of a split GGUF), C(ctx_size), C(parallel), C(type_k),
+        C(type_v), C(tensor_split), C(n_gpu_layers), C(max_model_len), C(max_num_seqs),
         C(kv_cache_dtype), C(kv_cache_memory_bytes), C(gpu_memory_utilization), C(calibration),
         C(free_floor) and C(max_device_gap).
       - Sizes accept bytes or strings such as C(31.86 GiB), C(12,544 MiB) or C(7.2e9).
@@ -39,10 +42,17 @@ options:
     required: true
   devices:
     description:
-      - Devices to price on; overrides O(shape) C(devices) when given. One entry per GPU rank,
-        or the host for a CPU-only engine.
+      - Devices to price on, C(name) and C(memory) each; one entry per GPU rank, or the host for a
+        CPU-only engine.
     type: list
     elements: dict
+    required: true
+  payload_dir:
+    description:
+      - Where the payload is readable on the machine the module runs on; C(model_file),
+        C(projector) and C(drafter) are read under it (headers only).
+      - Omit it to price from the shape's explicit geometries and sizes.
+    type: path
   report_only:
     description: Return the verdicts without failing when the shape does not fit.
     type: bool
@@ -67,12 +77,13 @@ seealso:
 EXAMPLES = r"""
 - name: Refuse a llama.cpp shape that cannot fit the 3090
   frank.llm_fleet.vram_budget:
+    devices:
+      - name: rtx3090
+        memory: 24,576 MiB
+    payload_dir: /srv/models/frank-secondary
     shape:
       runtime: llamacpp
-      devices:
-        - name: rtx3090
-          memory: 24,576 MiB
-      model: /srv/models/frank-secondary/model.gguf
+      model_file: model.gguf
       ctx_size: 401408
       parallel: 2
       type_k: f16
@@ -83,11 +94,11 @@ EXAMPLES = r"""
 - name: Price the primary's vLLM shape per rank, from calibration, and only report
   frank.llm_fleet.vram_budget:
     report_only: true
+    devices:
+      - {name: r9700-0, memory: 31.86 GiB}
+      - {name: r9700-1, memory: 31.86 GiB}
     shape:
       runtime: vllm
-      devices:
-        - {name: r9700-0, memory: 31.86 GiB}
-        - {name: r9700-1, memory: 31.86 GiB}
       tensor_parallel: 2
       max_model_len: 200704
       max_num_seqs: 3
@@ -162,27 +173,25 @@ table:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "shape": {"type": "dict", "required": True},
-            "devices": {"type": "list", "elements": "dict"},
+            "devices": {"type": "list", "elements": "dict", "required": True},
+            "payload_dir": {"type": "path"},
             "report_only": {"type": "bool", "default": False},
             "boots": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
-    shape = module.params["shape"]
-    if module.params["devices"]:
-        shape = {**shape, "devices": module.params["devices"]}
     try:
-        result = price_shape(shape, boots=module.params["boots"])
+        result = price_shape(module.params["shape"], module.params["devices"], module.params["payload_dir"], boots=module.params["boots"])
     except (ShapeError, GGUFError, OSError) as exc:
         module.fail_json(msg=f"shape is invalid: {exc}")
     report = result.as_dict()

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import compare_boot
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import compare_boot, stored_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import models_entry
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, render_table
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape, ShapeError, parse_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
 
@@ -33,26 +33,30 @@ class EndpointFacts:
     """One endpoint as the inventory places it."""
 
     name: str
-    role: str
     host: str
     address: str  # where Prometheus and clients reach the host
-    shape: dict[str, Any]
+    shape: dict[str, Any]  # as the inventory writes it (the runbook quotes it so)
     devices: list[dict[str, Any]] = field(default_factory=list)
     boots: list[dict[str, Any]] = field(default_factory=list)  # stored boot ledgers, oldest first
     payload_dir: str = ""
 
+    @cached_property
+    def typed(self) -> Shape:
+        """The shape as the one parser reads it (defaults applied, served id from the name)."""
+        return parse_shape(self.shape, self.name)
+
     @property
     def runtime(self) -> str:
-        return str(self.shape.get("runtime"))
+        return self.typed.runtime
 
     @property
     def base_url(self) -> str:
-        return str(self.shape.get("client_base_url") or f"http://{self.address}:{self.shape['port']}/v1")
+        return str(self.typed.client_base_url or f"http://{self.address}:{self.typed.port}/v1")
 
     @cached_property
     def client_entry(self) -> dict[str, Any]:
         """The harness's models.yml entry: written as the fragment and quoted by the runbook."""
-        return models_entry(str(self.shape["served_id"]), self.shape, self.base_url)
+        return models_entry(self.typed, self.base_url)
 
     @property
     def last_boot(self) -> dict[str, Any] | None:
@@ -80,16 +84,17 @@ def exported_series(series_dir: str) -> dict[str, set[str]]:
 def price_on_controller(facts: EndpointFacts) -> tuple[BudgetResult | None, str]:
     """The shape's ledger where the controller can price it: an explicit geometry, the geometry
     the last recorded boot stored, or a model file readable here. Otherwise say why not."""
-    shape = {**facts.shape, "devices": facts.devices or facts.shape.get("devices") or []}
+    shape = facts.typed
+    payload_dir = None
     source = "the inventory"
-    if facts.runtime == "llamacpp" and not shape.get("model_geometry"):
+    if shape.runtime == "llamacpp" and not shape.model_geometry:
         boot = facts.last_boot
-        local = os.path.join(facts.payload_dir, str(shape.get("model_file", ""))) if facts.payload_dir else ""
+        local = os.path.join(facts.payload_dir, str(shape.model_file or "")) if facts.payload_dir else ""
         if boot and (boot.get("shape") or {}).get("model_geometry"):
-            shape["model_geometry"] = boot["shape"]["model_geometry"]
+            shape = shape.replace(model_geometry=boot["shape"]["model_geometry"])
             source = f"the geometry recorded at the boot of {boot.get('recorded_at')}"
         elif local and os.path.isfile(local):
-            shape["model"] = local
+            payload_dir = facts.payload_dir
             source = f"the model header at {local}"
         else:
             return (
@@ -97,7 +102,7 @@ def price_on_controller(facts: EndpointFacts) -> tuple[BudgetResult | None, str]
                 "not priced on the controller: the model's header is only on the host and no boot is recorded yet (deploy once, or give model_geometry)",
             )
     try:
-        return price_shape(shape, boots=facts.boots), source
+        return price_shape(shape, facts.devices, payload_dir, boots=facts.boots), source
     except (ShapeError, GGUFError, OSError) as exc:
         return None, f"not priced: {exc}"
 
@@ -107,11 +112,11 @@ def generate(endpoints: list[EndpointFacts], exported: dict[str, set[str]], inve
     groups = []
     scrape = []
     for facts in endpoints:
-        group, notes = observability.alert_group(facts.name, facts.shape, exported[facts.runtime])
+        group, notes = observability.alert_group(facts.name, facts.typed, exported[facts.runtime])
         out.notes.extend(notes)
         groups.append(group)
         out.files[f"prometheus/rules/{facts.name}.rules.yml"] = {"groups": [group]}
-        scrape.append(observability.scrape_job(facts.name, facts.shape, facts.address))
+        scrape.append(observability.scrape_job(facts.name, facts.typed, facts.address))
         out.files[f"client/{facts.name}.models.yml"] = {"models": [facts.client_entry]}
     out.problems.extend(observability.check_rule_groups(groups, exported))
     scrape.append(observability.node_job([f.address for f in endpoints]))
@@ -151,15 +156,15 @@ def _shape_rows(shape: dict[str, Any]) -> list[str]:
 def runbook(facts: EndpointFacts, result: BudgetResult | None, why: str, alerts: list[str], inventory_name: str) -> str:
     """One endpoint's runbook page (Markdown)."""
     inv = f"inventories/{inventory_name}"
-    playbook = f"playbooks/deploy-{facts.role.removeprefix('frank_')}.yml"
+    playbook = f"playbooks/deploy.yml --limit {facts.name}"
     entry = facts.client_entry
     lines = [
         f"# Runbook: {facts.name}",
         "",
         f"<!-- {GENERATED} -->",
         "",
-        f"`{facts.name}` serves `{facts.shape['served_id']}` with **{facts.runtime}** ({facts.shape.get('launch', 'native')}) on "
-        f"`{facts.host}`, port {facts.shape['port']}. Inventory: `{inv}`.",
+        f"`{facts.name}` serves `{facts.typed.served_id}` with **{facts.runtime}** ({facts.typed.launch}) on "
+        f"`{facts.host}`, port {facts.typed.port}. Inventory: `{inv}`.",
         "",
         "## Commands",
         "",
@@ -208,7 +213,7 @@ def runbook(facts: EndpointFacts, result: BudgetResult | None, why: str, alerts:
     if boot is None:
         lines += ["The host's last-known-good record (written after the first successful deploy) is the target.", ""]
     else:
-        same = {k: v for k, v in boot["shape"].items() if k != "model_geometry"} == {k: v for k, v in facts.shape.items() if k != "model_geometry"}
+        same = _comparable(stored_shape(boot)) == _comparable(facts.typed)
         lines += [
             f"The last shape that passed every gate is the one booted at {boot.get('recorded_at')}"
             + (" - the inventory's shape." if same else " - it differs from the inventory's shape, so the next deploy is a change."),
@@ -221,6 +226,13 @@ def runbook(facts: EndpointFacts, result: BudgetResult | None, why: str, alerts:
     )
     lines += [f"Dashboard: [`grafana/{facts.runtime}.json`](../grafana/{facts.runtime}.json).", ""]
     return "\n".join(lines)
+
+
+def _comparable(shape: Shape | None) -> dict[str, Any] | None:
+    """A shape without what a boot record replaces or drops (the geometry, the calibration)."""
+    if shape is None:
+        return None
+    return {k: v for k, v in shape.as_dict().items() if k not in ("model_geometry", "calibration", "slot_calibration")}
 
 
 def _index(endpoints: list[EndpointFacts], inventory_name: str) -> str:

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape
+
 # Series every runtime has: Prometheus' own `up`, and the unit facts the endpoint role's
 # textfile timer writes (roles/endpoint/files/unit_metrics.py) for node_exporter to serve.
 UNIT_SERIES = frozenset({"llm_fleet_unit_restarts_total", "llm_fleet_unit_active", "llm_fleet_unit_start_time_seconds"})
@@ -124,23 +126,17 @@ RULES: dict[str, tuple[RuleSpec, ...]] = {
 }
 
 
-def has_drafter(shape: dict[str, Any]) -> bool:
-    return bool(shape.get("drafter_path") or shape.get("drafter") or shape.get("speculative_config"))
-
-
 def unit_name(endpoint: str) -> str:
     return f"{endpoint}.service"
 
 
-def alert_group(endpoint: str, shape: dict[str, Any], exported: set[str]) -> tuple[dict[str, Any], list[str]]:
+def alert_group(endpoint: str, shape: Shape, exported: set[str]) -> tuple[dict[str, Any], list[str]]:
     """(one Prometheus rule group for the endpoint, notes on rules left out and why)."""
-    runtime = str(shape.get("runtime"))
-    if runtime not in RULES:
-        raise ValueError(f"runtime: expected 'llamacpp' or 'vllm', got {runtime!r}")
+    runtime = shape.runtime
     selector = f'{{job="{endpoint}"}}'
     rules, notes = [], []
     for spec in RULES["common"] + RULES[runtime]:
-        if spec.when == "drafter" and not has_drafter(shape):
+        if spec.when == "drafter" and not shape.has_drafter:
             continue
         expr = spec.expr.format(sel=selector, unit=unit_name(endpoint))
         missing = unexported([expr], exported)
@@ -163,12 +159,12 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in re.split(r"[-_]", name))
 
 
-def scrape_job(endpoint: str, shape: dict[str, Any], address: str) -> dict[str, Any]:
+def scrape_job(endpoint: str, shape: Shape, address: str) -> dict[str, Any]:
     """The endpoint's own /metrics (llama.cpp needs --metrics, which the roles always pass)."""
     return {
         "job_name": endpoint,
         "metrics_path": "/metrics",
-        "static_configs": [{"targets": [f"{address}:{shape['port']}"], "labels": {"endpoint": endpoint, "runtime": str(shape["runtime"])}}],
+        "static_configs": [{"targets": [f"{address}:{shape.port}"], "labels": {"endpoint": endpoint, "runtime": shape.runtime}}],
     }
 
 

@@ -1,13 +1,27 @@
 import re
+from pathlib import Path
 
 import pytest
 from gguf_files import write_gguf
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import assign_layers
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table, slot_ceiling
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB, parse_size
+
+
+def price(request, **kwargs):
+    """price_shape() for a test's request: its devices, and its model (a GGUF written under
+    tmp_path) as the payload directory and the model_file inside it."""
+    shape = dict(request)
+    devices = shape.pop("devices", None)
+    payload_dir = None
+    if "model" in shape:
+        path = Path(shape.pop("model"))
+        payload_dir, shape["model_file"] = str(path.parent), path.name
+    return price_shape(shape, devices, payload_dir, **kwargs)
+
 
 CARD = "31.86 GiB"
 FP8_CALIBRATION = [
@@ -41,7 +55,7 @@ def verdict(result, rule, device=None):
 
 
 def test_measured_refusal_31_73_of_31_86_gib():
-    result = price_shape(primary_rank_shape("16.65 GiB"))
+    result = price(primary_rank_shape("16.65 GiB"))
     device = result.devices[0]
     assert round(device.used / GIB, 2) == 31.73
     assert round(device.free / GIB, 2) == 0.13
@@ -54,14 +68,14 @@ def test_measured_refusal_31_73_of_31_86_gib():
 
 
 def test_default_overhead_arena_leaves_about_2_4_gib_and_passes():
-    result = price_shape(primary_rank_shape("14.31 GiB"))
+    result = price(primary_rank_shape("14.31 GiB"))
     assert result.fits, render_table(result)
     assert 2.4 <= result.devices[0].free / GIB < 2.5
 
 
 def test_over_capacity_names_the_crossing_term_and_overage():
     shape = primary_rank_shape("20 GiB")
-    result = price_shape(shape)
+    result = price(shape)
     fits = verdict(result, "fits")
     assert not fits.ok
     assert fits.term == "expert_arena"
@@ -73,7 +87,7 @@ def test_over_capacity_names_the_crossing_term_and_overage():
 def test_arena_is_what_remains_of_the_budget_when_not_declared():
     shape = primary_rank_shape(None)
     shape["expert_offload"] = True
-    result = price_shape(shape)
+    result = price(shape)
     arena = next(t for t in result.devices[0].terms if t.name == "expert_arena")
     budget = int(parse_size(CARD) * 0.98)
     # vLLM counts non-torch memory inside the utilization budget: the arena gets the rest.
@@ -82,17 +96,18 @@ def test_arena_is_what_remains_of_the_budget_when_not_declared():
 
 
 def test_utilization_of_one_is_refused():
+    # seeds/004: "the UTIL 1.0 verdict (unbootable: worker init demands free > budget; ValueError on both ranks".
+    # The one shape parser refuses it before any pricing, naming the field and the fix.
     shape = primary_rank_shape("14.31 GiB")
     shape["gpu_memory_utilization"] = 1.0
-    result = price_shape(shape)
-    assert not verdict(result, "gpu_memory_utilization").ok
-    assert "unbootable" in verdict(result, "gpu_memory_utilization").message
+    with pytest.raises(ShapeError, match=r"gpu_memory_utilization: 1.0 is out of range: .*unbootable.*use at most 0.98"):
+        price(shape)
 
 
 def test_pool_larger_than_slots_times_ctx_is_refused():
     shape = primary_rank_shape("14.31 GiB")
     shape["max_num_seqs"] = 1  # 6.80 GiB of fp8 holds ~3.6 windows of 262,144
-    result = price_shape(shape)
+    result = price(shape)
     law = verdict(result, "pool_law")
     assert not law.ok
     assert "more than max_num_seqs x max_model_len" in law.message
@@ -101,7 +116,7 @@ def test_pool_larger_than_slots_times_ctx_is_refused():
 def test_pool_smaller_than_one_window_is_refused():
     shape = primary_rank_shape("14.31 GiB")
     shape["kv_cache_memory_bytes"] = "1 GiB"
-    law = verdict(price_shape(shape), "pool_law")
+    law = verdict(price(shape), "pool_law")
     assert not law.ok and law.term == "kv_pool" and law.overage_mib > 0
 
 
@@ -117,7 +132,7 @@ def test_production_primary_shape_is_extrapolated_from_the_262k_calibration():
         "gpu_memory_utilization": 0.98,
         "calibration": FP8_CALIBRATION,
     }
-    result = price_shape(shape)
+    result = price(shape)
     assert result.kv["basis"] == "extrapolated"
     assert 200_704 <= result.kv["tokens"] <= 3 * 200_704
     assert result.client["context_window"] == 155_648
@@ -142,12 +157,12 @@ def test_slot_count_beyond_the_ceiling_is_refused(tmp_path):
         "free_floor": 0,
         "slot_calibration": {"boots": [{"slots": 1, "used": "11,996 MiB"}, {"slots": 4, "used": "22,346 MiB"}]},
     }
-    result = price_shape(shape)
+    result = price(shape)
     slots = verdict(result, "slot_ceiling")
     assert not slots.ok
     assert slots.overage_mib == 8_546 + 5 * 3_450 - 24_576
     shape["parallel"] = 4
-    assert verdict(price_shape(shape), "slot_ceiling").ok
+    assert verdict(price(shape), "slot_ceiling").ok
 
 
 def test_layer_split_moves_whole_layers_and_output_goes_last():
@@ -167,7 +182,7 @@ def test_llamacpp_ledger_per_device_with_split_drafter_and_projector(tmp_path):
         "devices": [{"name": "gpu0", "memory": "64 MiB"}, {"name": "gpu1", "memory": "64 MiB"}],
         "model": str(model),
         "drafter": str(drafter),
-        "projector": "3 MiB",
+        "projector_bytes": "3 MiB",
         "ctx_size": 8192,
         "parallel": 2,
         "tensor_split": [1, 1],
@@ -176,7 +191,7 @@ def test_llamacpp_ledger_per_device_with_split_drafter_and_projector(tmp_path):
         "free_floor": "1 MiB",
         "max_device_gap": "64 MiB",
     }
-    result = price_shape(shape)
+    result = price(shape)
     gpu0, gpu1 = result.devices
     names0 = [t.name for t in gpu0.terms]
     names1 = [t.name for t in gpu1.terms]
@@ -201,11 +216,11 @@ def test_cache_ram_must_hold_a_slot_and_stay_under_half_the_host(tmp_path):
         "cache_ram": "1 MiB",
         "host_ram": "1 MiB",
     }
-    result = price_shape(shape)
+    result = price(shape)
     assert not verdict(result, "cache_ram_holds_slot").ok
     assert not verdict(result, "cache_ram_half_host").ok
     shape.update(cache_ram="8 MiB", host_ram="64 GiB")
-    result = price_shape(shape)
+    result = price(shape)
     assert verdict(result, "cache_ram_holds_slot").ok and verdict(result, "cache_ram_half_host").ok
 
 
@@ -229,25 +244,25 @@ def test_bad_llamacpp_inputs_are_refused_naming_the_field(tmp_path, patch, field
     shape = {"runtime": "llamacpp", "devices": [{"name": "gpu0", "memory": "1 GiB"}], "model": str(model), "ctx_size": 4096}
     shape.update(patch)
     with pytest.raises(ShapeError, match="^" + re.escape(field)):
-        price_shape(shape)
+        price(shape)
 
 
 def test_bad_vllm_inputs_are_refused_naming_the_field():
     shape = primary_rank_shape("14.31 GiB")
     shape["kv_cache_dtype"] = "int3"
     with pytest.raises(ShapeError, match="^kv_cache_dtype"):
-        price_shape(shape)
+        price(shape)
     shape = primary_rank_shape("14.31 GiB")
     shape["tensor_parallel"] = 2
     with pytest.raises(ShapeError, match="^tensor_parallel"):
-        price_shape(shape)
+        price(shape)
     shape = primary_rank_shape("14.31 GiB")
     shape["calibration"] = [{"kv_dtype": "fp8", "max_model_len": 1}]
     with pytest.raises(ShapeError, match=r"^calibration\[0\]"):
-        price_shape(shape)
+        price(shape)
 
 
 def test_table_lists_every_term_and_verdict():
-    text = render_table(price_shape(primary_rank_shape("16.65 GiB")))
+    text = render_table(price(primary_rank_shape("16.65 GiB")))
     for word in ("weights", "kv_pool", "graphs", "expert_arena", "non_torch", "[FAIL] free_floor", "fits: NO"):
         assert word in text

@@ -7,6 +7,7 @@ import pytest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import parse_shape
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -15,14 +16,13 @@ GEOMETRY = {"n_layer": 2, "n_head_kv": 2, "head_dim": 32, "layer_bytes": "1 MiB"
 
 
 def llama_shape(**overrides):
-    shape = {"runtime": "llamacpp", "devices": [{"name": "cpu", "memory": "2 GiB"}], "model_geometry": GEOMETRY, "ctx_size": 8192, "parallel": 2}
+    shape = {"runtime": "llamacpp", "model_geometry": GEOMETRY, "ctx_size": 8192, "parallel": 2}
     return {**shape, **overrides}
 
 
 def vllm_shape(**overrides):
     shape = {
         "runtime": "vllm",
-        "devices": [{"name": "cpu", "memory": "24 GiB"}],
         "model_geometry": GEOMETRY,
         "max_model_len": 2048,
         "max_num_seqs": 4096,
@@ -31,24 +31,35 @@ def vllm_shape(**overrides):
     return {**shape, **overrides}
 
 
+DEVICES = {"llamacpp": [{"name": "cpu", "memory": "2 GiB"}], "vllm": [{"name": "cpu", "memory": "24 GiB"}]}
+
+
+def price(shape, **kwargs):
+    return price_shape(shape, DEVICES[shape["runtime"]], **kwargs)
+
+
+def key(shape, geometry):
+    return calibration.geometry_key(parse_shape(shape), geometry)
+
+
 def llama_ledger(cells, seqs, k_bytes, v_bytes):
     line = {"size_bytes": k_bytes + v_bytes, "cells": cells, "layers": 2, "seqs_used": seqs, "seqs_max": seqs}
     return {"engine": "llamacpp", "kv_caches": [{**line, "type_k": "f16", "k_bytes": k_bytes, "type_v": "f16", "v_bytes": v_bytes}]}
 
 
 def stored(shape, ledger, pool=None, when="2026-11-29T10:00:00Z"):
-    result = price_shape(shape)
-    return calibration.boot_record("frank-primary", "lab", shape, result.geometry_key, result.model_geometry, ledger, pool, when)
+    result = price(shape)
+    return calibration.boot_record("frank-primary", "lab", parse_shape(shape), result.geometry_key, result.model_geometry, ledger, pool, when)
 
 
 def test_geometry_key_ignores_the_layout_and_follows_geometry_and_dtype():
     geometry = geometry_from_dict(GEOMETRY)
-    base = calibration.geometry_key("llamacpp", llama_shape(), geometry)
-    assert calibration.geometry_key("llamacpp", llama_shape(ctx_size=4096, parallel=4), geometry) == base
-    assert calibration.geometry_key("llamacpp", llama_shape(type_k="q8_0"), geometry) != base
+    base = key(llama_shape(), geometry)
+    assert key(llama_shape(ctx_size=4096, parallel=4), geometry) == base
+    assert key(llama_shape(type_k="q8_0"), geometry) != base
     wider = geometry_from_dict({**GEOMETRY, "n_head_kv": 4})
-    assert calibration.geometry_key("llamacpp", llama_shape(), wider) != base
-    assert calibration.geometry_key("vllm", vllm_shape(), geometry) != base
+    assert key(llama_shape(), wider) != base
+    assert key(vllm_shape(), geometry) != base
 
 
 def test_store_is_idempotent_and_keeps_boots_per_endpoint_and_key(tmp_path):
@@ -67,18 +78,18 @@ def test_store_is_idempotent_and_keeps_boots_per_endpoint_and_key(tmp_path):
 
 def test_llamacpp_boot_at_the_same_layout_makes_the_figure_measured():
     boot = stored(llama_shape(), llama_ledger(4096, 2, 2 * MIB, 2 * MIB))
-    assert price_shape(llama_shape()).kv["basis"] == "formula"
-    assert price_shape(llama_shape(), boots=[boot]).kv["basis"] == "measured"
-    extrapolated = price_shape(llama_shape(ctx_size=16384), boots=[boot])
+    assert price(llama_shape()).kv["basis"] == "formula"
+    assert price(llama_shape(), boots=[boot]).kv["basis"] == "measured"
+    extrapolated = price(llama_shape(ctx_size=16384), boots=[boot])
     assert extrapolated.kv["basis"] == "extrapolated"
     assert any("no boot measured at this layout" in note for note in extrapolated.notes)
     # A boot of another geometry is no evidence for this one.
-    assert price_shape(llama_shape(type_k="q8_0", type_v="q8_0"), boots=[boot]).kv["basis"] == "formula"
+    assert price(llama_shape(type_k="q8_0", type_v="q8_0"), boots=[boot]).kv["basis"] == "formula"
 
 
 def test_llamacpp_measurement_that_disagrees_is_reported_not_hidden():
     boot = stored(llama_shape(), llama_ledger(4096, 2, 3 * MIB, 2 * MIB))
-    result = price_shape(llama_shape(), boots=[boot])
+    result = price(llama_shape(), boots=[boot])
     assert result.kv["basis"] == "measured-differs"
     assert any("5.00 MiB" in note and "4.00 MiB" in note for note in result.notes)
     row = calibration.compare_boot(boot, [boot])
@@ -90,18 +101,18 @@ def test_llamacpp_comparison_agrees_for_a_boot_the_law_predicts():
     boot = stored(llama_shape(parallel=4, ctx_size=6000), llama_ledger(1536, 4, 3 * MIB // 2, 3 * MIB // 2))
     row = calibration.compare_boot(boot, [boot])
     assert row["agree"] is True, row
-    assert row["layout"] == {"ctx_size": 6000, "parallel": 4}
+    assert row["layout"] == {"ctx_size": 6000, "parallel": 4, "kv_unified": False, "ubatch": 512, "swa_full": False}
 
 
 def test_vllm_boots_become_calibration_points_and_extrapolation_is_named():
     # The engine measured 2 GiB -> 4,194,304 tokens at max_model_len 2048 (512 B per token).
     boot = stored(vllm_shape(), {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 2048.0}, pool=2 * GIB)
-    measured = price_shape(vllm_shape(kv_cache_memory_bytes=GIB), boots=[boot])
+    measured = price(vllm_shape(kv_cache_memory_bytes=GIB), boots=[boot])
     assert measured.kv["basis"] == "measured" and measured.kv["tokens"] == 2_097_152
-    other_length = price_shape(vllm_shape(max_model_len=4096), boots=[boot])
+    other_length = price(vllm_shape(max_model_len=4096), boots=[boot])
     assert other_length.kv["basis"] == "extrapolated"
     assert any("extrapolated from 2048" in note for note in other_length.notes)
-    assert price_shape(vllm_shape()).kv["basis"] == "formula"
+    assert price(vllm_shape()).kv["basis"] == "formula"
 
 
 def test_vllm_comparison_never_predicts_a_boot_from_itself():
@@ -127,6 +138,6 @@ def test_comparison_without_a_geometry_or_a_kv_line_says_why():
 
 @pytest.mark.parametrize("runtime", ["llamacpp", "vllm"])
 def test_budget_result_carries_key_and_geometry_for_the_store(runtime):
-    result = price_shape(llama_shape() if runtime == "llamacpp" else vllm_shape())
+    result = price(llama_shape() if runtime == "llamacpp" else vllm_shape())
     assert result.geometry_key.startswith(f"{runtime}-")
     assert geometry_from_dict(result.model_geometry).n_layer == 2

@@ -6,7 +6,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv i
 
 PRIMARY = {
     "runtime": "vllm",
-    "model_path": "/models",
+    "model_file": ".",
     "served_id": "frank-primary",
     "bind": "0.0.0.0",
     "port": 7770,
@@ -24,8 +24,8 @@ PRIMARY = {
 
 SECONDARY = {
     "runtime": "llamacpp",
-    "model_path": "/srv/models/frank-secondary/model.gguf",
-    "projector_path": "/srv/models/frank-secondary/mmproj.gguf",
+    "model_file": "model.gguf",
+    "projector": "mmproj.gguf",
     "served_id": "frank-secondary",
     "bind": "0.0.0.0",
     "port": 7771,
@@ -38,8 +38,8 @@ SECONDARY = {
 
 LARGE = {
     "runtime": "llamacpp",
-    "model_path": "/srv/models/frank-large/Q2_K/model-00001-of-00003.gguf",
-    "drafter_path": "/srv/models/frank-large/mtp.gguf",
+    "model_file": "Q2_K/model-00001-of-00003.gguf",
+    "drafter": "mtp.gguf",
     "draft_max": 2,
     "served_id": "frank-large",
     "bind": "0.0.0.0",
@@ -50,7 +50,7 @@ LARGE = {
 
 
 def test_primary_vllm_argv():
-    assert engine_argv(PRIMARY) == [
+    assert engine_argv(PRIMARY, "/models") == [
         "--model", "/models",
         "--served-model-name", "frank-primary",
         "--host", "0.0.0.0", "--port", "7770",
@@ -68,7 +68,7 @@ def test_primary_vllm_argv():
 
 
 def test_secondary_llamacpp_argv():
-    assert engine_argv(SECONDARY) == [
+    assert engine_argv(SECONDARY, "/srv/models/frank-secondary") == [
         "/usr/bin/llama-server",
         "--model", "/srv/models/frank-secondary/model.gguf",
         "--alias", "frank-secondary",
@@ -85,7 +85,7 @@ def test_secondary_llamacpp_argv():
 
 
 def test_large_llamacpp_argv_points_at_the_first_split_part_and_the_drafter():
-    argv = engine_argv(LARGE)
+    argv = engine_argv(LARGE, "/srv/models/frank-large")
     assert argv[argv.index("--model") + 1].endswith("-00001-of-00003.gguf")
     assert argv[argv.index("--model-draft") + 1] == "/srv/models/frank-large/mtp.gguf"
     assert argv[argv.index("--draft-max") + 1] == "2"
@@ -93,18 +93,29 @@ def test_large_llamacpp_argv_points_at_the_first_split_part_and_the_drafter():
 
 
 def test_override_tensor_is_one_flag_with_specific_patterns_first():
-    flag = override_tensor_flag([{"pattern": "exps", "buffer": "CPU"}, {"pattern": "blk\\.4[0-7]\\.ffn_.*_exps", "buffer": "CUDA0"}])
+    flag = override_tensor_flag((("exps", "CPU"), ("blk\\.4[0-7]\\.ffn_.*_exps", "CUDA0")))
     assert flag == "blk\\.4[0-7]\\.ffn_.*_exps=CUDA0,exps=CPU"
-    argv = engine_argv({**SECONDARY, "override_tensor": {"exps": "CPU", "blk\\.1\\.ffn_up_exps": "CUDA0"}})
+    argv = engine_argv({**SECONDARY, "override_tensor": {"exps": "CPU", "blk\\.1\\.ffn_up_exps": "CUDA0"}}, "/srv/models/frank-secondary")
     assert argv.count("--override-tensor") == 1
+    assert argv[argv.index("--override-tensor") + 1] == "blk\\.1\\.ffn_up_exps=CUDA0,exps=CPU"
+
+
+def test_the_served_id_defaults_to_the_endpoint_name_and_paths_stay_in_the_payload():
+    argv = engine_argv({**SECONDARY, "served_id": None}, "/srv/models/frank-secondary", name="frank-secondary")
+    assert argv[argv.index("--alias") + 1] == "frank-secondary"
+    with pytest.raises(ArgvError, match="^model_file"):
+        engine_argv({**SECONDARY, "model_file": None}, "/models")
+    with pytest.raises(ArgvError, match="must stay inside the payload directory"):
+        engine_argv({**SECONDARY, "model_file": "../../etc/passwd"}, "/models")
 
 
 @pytest.mark.parametrize(
     ("shape", "field"),
     [
         ({**PRIMARY, "gpu_memory_utilization": 1.0}, "gpu_memory_utilization"),
-        ({**PRIMARY, "max_model_len": None}, "max_model_len"),
+        ({k: v for k, v in PRIMARY.items() if k != "max_model_len"}, "max_model_len"),
         ({**SECONDARY, "served_id": ""}, "served_id"),
+        ({**SECONDARY, "port": None}, "port"),
         ({**SECONDARY, "ctx_size": "lots"}, "ctx_size"),
         ({**SECONDARY, "runtime": "tgi"}, "runtime"),
         ({**SECONDARY, "override_tensor": {"a,b": "CPU"}}, "override_tensor"),
@@ -112,4 +123,4 @@ def test_override_tensor_is_one_flag_with_specific_patterns_first():
 )
 def test_bad_shapes_name_the_field(shape, field):
     with pytest.raises(ArgvError, match=f"^{field}"):
-        engine_argv(shape)
+        engine_argv(shape, "/models")

@@ -36,13 +36,14 @@ def play(tmp_path, tasks, check=False, extra_env=None):
 
 
 def test_vram_budget_module_refuses_naming_device_term_and_overage(tmp_path):
-    shape = yaml.safe_load((ROOT / "docs" / "examples" / "primary-rank-refused.yml").read_text())
-    proc, [result] = play(tmp_path, [{"frank.llm_fleet.vram_budget": {"shape": shape}}], check=True)
+    example = yaml.safe_load((ROOT / "docs" / "examples" / "primary-rank-refused.yml").read_text())
+    shape, devices = example["endpoint_shape"], example["endpoint_devices"]
+    proc, [result] = play(tmp_path, [{"frank.llm_fleet.vram_budget": {"shape": shape, "devices": devices}}], check=True)
     assert proc.returncode != 0
     assert result["failed"] and not result["changed"]
     assert "r9700-0" in result["msg"] and "expert_arena" in result["msg"] and "MiB" in result["msg"]
     shape["expert_arena"] = "14.31 GiB"
-    proc, [result] = play(tmp_path, [{"frank.llm_fleet.vram_budget": {"shape": shape}}])
+    proc, [result] = play(tmp_path, [{"frank.llm_fleet.vram_budget": {"shape": shape, "devices": devices}}])
     assert proc.returncode == 0 and result["fits"] and not result["changed"]
 
 
@@ -100,12 +101,13 @@ def test_hf_payload_gate_token_never_reaches_the_output(hub, tmp_path):
 
 def test_boot_calibration_stores_once_and_the_lookup_feeds_the_budget(tmp_path):
     store = tmp_path / "calibration"
-    shape = {"runtime": "llamacpp", "devices": [{"name": "cpu", "memory": "4 GiB"}], "model_geometry": {"n_layer": 2, "n_head_kv": 2, "head_dim": 32}}
+    shape = {"runtime": "llamacpp", "model_geometry": {"n_layer": 2, "n_head_kv": 2, "head_dim": 32}}
+    devices = [{"name": "cpu", "memory": "4 GiB"}]
     shape.update(ctx_size=8192, parallel=2)
     mib2 = 2 << 20
     line = {"size_bytes": 2 * mib2, "cells": 4096, "layers": 2, "seqs_used": 2, "seqs_max": 2}
     line.update(type_k="f16", k_bytes=mib2, type_v="f16", v_bytes=mib2)
-    budget = {"frank.llm_fleet.vram_budget": {"shape": shape}, "register": "budget"}
+    budget = {"frank.llm_fleet.vram_budget": {"shape": shape, "devices": devices}, "register": "budget"}
     record = {
         "frank.llm_fleet.boot_calibration": {
             "store_dir": str(store),
@@ -119,7 +121,7 @@ def test_boot_calibration_stores_once_and_the_lookup_feeds_the_budget(tmp_path):
         }
     }
     boots = f"{{{{ lookup('frank.llm_fleet.calibration_boots', 'frank-primary', dir='{store}') }}}}"
-    priced_again = {"frank.llm_fleet.vram_budget": {"shape": shape, "boots": boots}}
+    priced_again = {"frank.llm_fleet.vram_budget": {"shape": shape, "devices": devices, "boots": boots}}
     proc, [first, stored, again] = play(tmp_path, [budget, record, priced_again])
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert first["kv"]["basis"] == "formula"

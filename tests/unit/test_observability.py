@@ -11,6 +11,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import parse_shape
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import exported_series
 
@@ -69,7 +70,7 @@ def test_captured_lists_hold_the_series_the_rules_rely_on():
 
 
 def test_a_rule_naming_a_series_the_runtime_does_not_export_fails_the_check():
-    group, _notes = observability.alert_group("frank-primary", {"runtime": "vllm", "port": 7770}, EXPORTED["vllm"])
+    group, _notes = observability.alert_group("frank-primary", parse_shape({"runtime": "vllm", "max_model_len": 4096, "port": 7770}), EXPORTED["vllm"])
     assert observability.check_rule_groups([group], EXPORTED) == []
     group["rules"].append({"alert": "Stale", "expr": "vllm:gpu_cache_usage_perc > 0.9", "labels": {"runtime": "vllm"}})
     assert observability.check_rule_groups([group], EXPORTED) == ["llm-fleet-frank-primary/Stale: names series vllm does not export: vllm:gpu_cache_usage_perc"]
@@ -80,7 +81,7 @@ def test_a_rule_naming_a_series_the_runtime_does_not_export_fails_the_check():
 
 def test_rules_that_need_an_unexported_series_are_left_out_and_named():
     without_kv = EXPORTED["vllm"] - {"vllm:kv_cache_usage_perc"}
-    group, notes = observability.alert_group("frank-primary", {"runtime": "vllm", "port": 7770}, without_kv)
+    group, notes = observability.alert_group("frank-primary", parse_shape({"runtime": "vllm", "max_model_len": 4096, "port": 7770}), without_kv)
     assert "FrankPrimaryKvPoolNearlyFull" not in [r["alert"] for r in group["rules"]]
     assert notes == ["frank-primary: KvPoolNearlyFull left out: vllm does not export vllm:kv_cache_usage_perc"]
 
@@ -99,7 +100,12 @@ def test_changing_the_runtime_moves_rules_and_dashboard_to_the_other_namespace(i
     before = series_of(rules_of(out, "frank-primary"))
     assert any(s.startswith("vllm:") for s in before) and not any(s.startswith("llamacpp:") for s in before)
     assert "frank-primary" in json.loads((out / "grafana" / "vllm.json").read_text())["templating"]["list"][1]["query"]
-    edit_shape(inventory, "frank-primary", runtime="llamacpp", launch="native", model_file="model.gguf", ctx_size=401408, parallel=2)
+    # A runtime swap is a new shape: the vLLM keys go (the parser refuses them on a llama.cpp shape).
+    path = inventory / "host_vars" / "frank-primary.yml"
+    data = yaml.safe_load(path.read_text())
+    identity = {k: data["endpoint_shape"][k] for k in ("served_id", "bind", "port") if k in data["endpoint_shape"]}
+    data["endpoint_shape"] = {**identity, "runtime": "llamacpp", "launch": "native", "model_file": "model.gguf", "ctx_size": 401408, "parallel": 2}
+    path.write_text(yaml.safe_dump(data))
     proc = generate(inventory, out)
     assert proc.returncode == 0, proc.stderr
     after = series_of(rules_of(out, "frank-primary"))

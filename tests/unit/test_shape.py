@@ -21,7 +21,7 @@ PRIMARY = {"runtime": "vllm", "max_model_len": 200_704, "max_num_seqs": 3, "kv_c
 def test_each_runtime_gets_its_own_type_and_defaults():
     llama = parse_shape(SECONDARY, name="frank-secondary")
     assert isinstance(llama, LlamaCppShape)
-    assert (llama.ctx_size, llama.parallel, llama.per_slot_window) == (401_408, 2, 200_704)
+    assert (llama.ctx_size, llama.parallel, llama.slots) == (401_408, 2, 2)
     assert llama.served_id == "frank-secondary"  # the endpoint's name unless the inventory says otherwise
     assert (llama.bind, llama.launch, llama.ubatch, llama.n_gpu_layers, llama.jinja) == ("127.0.0.1", "native", 512, 999, True)
     assert llama.free_floor == int(1.5 * GIB)
@@ -99,7 +99,7 @@ def test_a_parsed_shape_round_trips_through_its_mapping():
 
 def test_replace_validates_the_change():
     shape = parse_shape(SECONDARY)
-    assert shape.replace(parallel=4).per_slot_window == 100_352
+    assert shape.replace(parallel=4).slots == 4
     with pytest.raises(ShapeError, match="parallel: must be at least 1"):
         shape.replace(parallel=0)
 

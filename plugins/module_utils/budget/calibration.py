@@ -23,6 +23,7 @@ from typing import Any
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape, ShapeError, VllmShape, parse_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 
 # Shape keys that decide the cache's layout within one geometry (what a boot was measured at).
@@ -50,47 +51,58 @@ def geometry_spec(geometry: kv_law.ModelGeometry) -> dict[str, Any]:
     }
 
 
-def geometry_key(runtime: str, shape: dict[str, Any], geometry: kv_law.ModelGeometry | None) -> str:
+def geometry_key(shape: Shape, geometry: kv_law.ModelGeometry | None) -> str:
     """Stable key of what the per-token KV price depends on (see the module docstring)."""
-    if runtime == "llamacpp":
-        dtypes = [str(shape.get("type_k", "f16")), str(shape.get("type_v", shape.get("type_k", "f16")))]
+    if isinstance(shape, VllmShape):
+        dtypes = [kv_law.normalise_vllm_dtype(shape.kv_cache_dtype)]
+        tensor_parallel = shape.tensor_parallel
     else:
-        dtypes = [kv_law.normalise_vllm_dtype(str(shape.get("kv_cache_dtype", "auto")))]
+        dtypes = list(shape.kv_dtypes)
+        tensor_parallel = 1
     if geometry is not None:
         spec = geometry_spec(geometry)
         model = {k: spec[k] for k in ("architecture", "n_head_kv", "head_dim_k", "head_dim_v", "layer_kinds", "sliding_window", "recurrent_state_bytes")}
     else:
-        model = {"model": os.path.basename(str(shape.get("model") or shape.get("model_file") or shape.get("served_id") or ""))}
-    identity = {"runtime": runtime, "model": model, "kv_dtypes": dtypes, "tensor_parallel": int(shape.get("tensor_parallel", 1) or 1)}
+        model = {"model": os.path.basename(str(shape.model_file or shape.served_id or ""))}
+    identity = {"runtime": shape.runtime, "model": model, "kv_dtypes": dtypes, "tensor_parallel": tensor_parallel}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{runtime}-{digest}"
+    return f"{shape.runtime}-{digest}"
 
 
-def _layout(runtime: str, shape: dict[str, Any]) -> dict[str, Any]:
-    keys = LLAMACPP_LAYOUT_KEYS if runtime == "llamacpp" else VLLM_LAYOUT_KEYS
-    return {key: shape[key] for key in keys if key in shape}
+def _layout(shape: Shape) -> dict[str, Any]:
+    keys = LLAMACPP_LAYOUT_KEYS if isinstance(shape, LlamaCppShape) else VLLM_LAYOUT_KEYS
+    return {key: getattr(shape, key) for key in keys}
+
+
+def stored_shape(boot: dict[str, Any]) -> Shape | None:
+    """A stored boot's shape, typed; None for a record this version cannot read (it is skipped,
+    never trusted)."""
+    try:
+        return parse_shape(boot.get("shape") or {})
+    except ShapeError:
+        return None
 
 
 def boot_record(
     endpoint: str,
     host: str,
-    shape: dict[str, Any],
+    shape: Shape,
     key: str,
     geometry: dict[str, Any] | None,
     ledger: dict[str, Any],
     pool_bytes: int | None,
     recorded_at: str,
 ) -> dict[str, Any]:
-    """One stored boot: the shape it booted (model path replaced by its geometry) and its ledger."""
-    stored_shape = {k: v for k, v in shape.items() if k not in ("model", "calibration", "slot_calibration")}
+    """One stored boot: the shape it booted (its geometry in place of the payload) and its ledger."""
+    kept = {k: v for k, v in shape.as_dict().items() if k not in ("calibration", "slot_calibration")}
     if geometry:
-        stored_shape["model_geometry"] = geometry
+        kept["model_geometry"] = geometry
     return {
         "endpoint": endpoint,
         "host": host,
         "geometry_key": key,
         "recorded_at": recorded_at,
-        "shape": stored_shape,
+        "shape": kept,
         "pool_bytes": pool_bytes,
         "ledger": ledger,
     }
@@ -137,22 +149,19 @@ def vllm_points(boots: list[dict[str, Any]], key: str, exclude: dict[str, Any] |
             continue
         tokens = (boot.get("ledger") or {}).get("kv_tokens")
         pool = boot.get("pool_bytes")
-        shape = boot.get("shape") or {}
-        if tokens and pool and shape.get("max_model_len"):
-            points.append(
-                kv_law.VllmCalibration(
-                    str(shape.get("kv_cache_dtype", "auto")), int(shape["max_model_len"]), int(pool), int(tokens), f"boot {boot.get('recorded_at', '')}"
-                )
-            )
+        shape = stored_shape(boot)
+        if tokens and pool and isinstance(shape, VllmShape):
+            points.append(kv_law.VllmCalibration(shape.kv_cache_dtype, shape.max_model_len, int(pool), int(tokens), f"boot {boot.get('recorded_at', '')}"))
     return points
 
 
-def llamacpp_measured(boots: list[dict[str, Any]], key: str, shape: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def llamacpp_measured(boots: list[dict[str, Any]], key: str, shape: LlamaCppShape) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """(the boot measured at this exact cache layout or None, the layouts measured for this geometry)."""
-    layout = _layout("llamacpp", shape)
-    same_key = [b for b in boots if b.get("geometry_key") == key and (b.get("ledger") or {}).get("kv_caches")]
-    exact = next((b for b in reversed(same_key) if _layout("llamacpp", b.get("shape") or {}) == layout), None)
-    return exact, [_layout("llamacpp", b.get("shape") or {}) for b in same_key]
+    layout = _layout(shape)
+    same_key = [(b, stored_shape(b)) for b in boots if b.get("geometry_key") == key and (b.get("ledger") or {}).get("kv_caches")]
+    readable = [(b, s) for b, s in same_key if isinstance(s, LlamaCppShape)]
+    exact = next((b for b, s in reversed(readable) if _layout(s) == layout), None)
+    return exact, [_layout(s) for _b, s in readable]
 
 
 def engine_mib(value: int | float) -> str:
@@ -164,50 +173,36 @@ def compare_boot(boot: dict[str, Any], boots: list[dict[str, Any]]) -> dict[str,
     """Predicted vs measured for one stored boot. The prediction never uses the boot itself:
     llama.cpp by the exact law from the stored geometry, vLLM from the other boots of the
     geometry (or the formula when there are none)."""
-    shape = boot.get("shape") or {}
     ledger = boot.get("ledger") or {}
-    runtime = str(shape.get("runtime", ledger.get("engine", "")))
     row: dict[str, Any] = {
         "endpoint": boot.get("endpoint"),
         "host": boot.get("host"),
         "recorded_at": boot.get("recorded_at"),
         "geometry_key": boot.get("geometry_key"),
-        "runtime": runtime,
-        "layout": _layout(runtime, shape),
+        "runtime": str((boot.get("shape") or {}).get("runtime", ledger.get("engine", ""))),
+        "layout": {},
     }
-    geometry_dict = shape.get("model_geometry")
     try:
-        geometry = _geometry(geometry_dict) if geometry_dict else None
-        if runtime == "llamacpp":
+        shape = parse_shape(boot.get("shape") or {})
+        row["layout"] = _layout(shape)
+        geometry = geometry_from_dict(shape.model_geometry, "model_geometry") if shape.model_geometry else None
+        if isinstance(shape, LlamaCppShape):
             row.update(_compare_llamacpp(shape, ledger, geometry))
-        elif runtime == "vllm":
-            row.update(_compare_vllm(boot, boots, shape, ledger, geometry))
         else:
-            row.update(agree=None, detail=f"unknown runtime {runtime!r}")
+            row.update(_compare_vllm(boot, boots, shape, ledger, geometry))  # type: ignore[arg-type]
     except (kv_law.KvLawError, ValueError, KeyError, TypeError) as exc:
         row.update(agree=None, detail=f"cannot predict: {exc}")
     return row
 
 
-def _geometry(spec: dict[str, Any]) -> kv_law.ModelGeometry:
-    return geometry_from_dict(spec, "model_geometry")
-
-
-def _compare_llamacpp(shape: dict[str, Any], ledger: dict[str, Any], geometry: kv_law.ModelGeometry | None) -> dict[str, Any]:
+def _compare_llamacpp(shape: LlamaCppShape, ledger: dict[str, Any], geometry: kv_law.ModelGeometry | None) -> dict[str, Any]:
     lines = ledger.get("kv_caches") or []
     if not lines:
         return {"agree": None, "detail": "the boot printed no llama_kv_cache line (run the engine with --log-verbosity 4)"}
     if geometry is None:
         return {"agree": None, "detail": "no stored geometry to predict from"}
     kv = kv_law.llamacpp_kv(
-        geometry,
-        int(shape["ctx_size"]),
-        int(shape.get("parallel", 1)),
-        str(shape.get("type_k", "f16")),
-        str(shape.get("type_v", shape.get("type_k", "f16"))),
-        unified=bool(shape.get("kv_unified", False)),
-        ubatch=int(shape.get("ubatch", 512)),
-        swa_full=bool(shape.get("swa_full", False)),
+        geometry, shape.ctx_size, shape.parallel, shape.type_k, shape.cache_type_v, unified=shape.kv_unified, ubatch=shape.ubatch, swa_full=shape.swa_full
     )
     line = lines[0]  # the target's cache; a drafter's follows it
     predicted = {
@@ -228,21 +223,14 @@ def _compare_llamacpp(shape: dict[str, Any], ledger: dict[str, Any], geometry: k
 
 
 def _compare_vllm(
-    boot: dict[str, Any], boots: list[dict[str, Any]], shape: dict[str, Any], ledger: dict[str, Any], geometry: kv_law.ModelGeometry | None
+    boot: dict[str, Any], boots: list[dict[str, Any]], shape: VllmShape, ledger: dict[str, Any], geometry: kv_law.ModelGeometry | None
 ) -> dict[str, Any]:
     if not ledger.get("kv_tokens"):
         return {"agree": None, "detail": "the boot printed no KV cache size line"}
     if not boot.get("pool_bytes"):
         return {"agree": None, "detail": "no pool size recorded for this boot"}
     others = vllm_points(boots, str(boot.get("geometry_key")), exclude=boot)
-    kv = kv_law.vllm_kv(
-        int(boot["pool_bytes"]),
-        int(shape["max_model_len"]),
-        str(shape.get("kv_cache_dtype", "auto")),
-        others,
-        geometry,
-        int(shape.get("tensor_parallel", 1) or 1),
-    )
+    kv = kv_law.vllm_kv(int(boot["pool_bytes"]), shape.max_model_len, shape.kv_cache_dtype, others, geometry, shape.tensor_parallel)
     predicted = {"kv_tokens": kv.tokens, "concurrency": round(kv.concurrency, 2)}
     measured = {"kv_tokens": int(ledger["kv_tokens"]), "concurrency": round(float(ledger.get("concurrency") or 0), 2)}
     return {"predicted": predicted, "measured": measured, "agree": predicted == measured, "detail": f"{kv.basis}: {kv.note}"}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import llamacpp_per_slot_window
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape
 
 DEFAULT_GAP = 45_056
 COMPACTION_FRACTION = 0.85
@@ -105,37 +106,32 @@ REASONING_MAPS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def engine_ceiling(shape: dict[str, Any]) -> int:
-    """The most tokens one request may hold, as the engine will enforce it."""
-    runtime = shape.get("runtime")
-    try:
-        if runtime == "llamacpp":
-            return llamacpp_per_slot_window(int(shape["ctx_size"]), int(shape.get("parallel", 1)), bool(shape.get("kv_unified", False)))
-        if runtime == "vllm":
-            return int(shape["max_model_len"])
-    except KeyError as exc:
-        raise ValueError(f"{exc.args[0]}: required to derive the client window of a {runtime} shape") from None
-    raise ValueError(f"runtime: expected 'llamacpp' or 'vllm', got {runtime!r}")
+def engine_ceiling(shape: Shape) -> int:
+    """The most tokens one request may hold, as the engine will enforce it (llama.cpp pads the
+    context and divides it over the slots; vLLM's is max_model_len)."""
+    if isinstance(shape, LlamaCppShape):
+        return llamacpp_per_slot_window(shape.ctx_size, shape.parallel, shape.kv_unified)
+    return shape.max_model_len  # type: ignore[attr-defined]
 
 
-def reasoning_control(shape: dict[str, Any]) -> str:
-    control = shape.get("reasoning_control") or ("enable_thinking" if shape.get("reasoning_parser") else "none")
-    if control not in REASONING_MAPS:
-        raise ValueError(f"reasoning_control: expected one of {', '.join(REASONING_MAPS)}, got {control!r}")
-    return str(control)
+def reasoning_control(shape: Shape) -> str:
+    """How the template switches reasoning: the shape says so, else a reasoning parser implies
+    enable_thinking (the shape parser has already checked the choice)."""
+    reasoning_parser = getattr(shape, "reasoning_parser", None)
+    return shape.reasoning_control or ("enable_thinking" if reasoning_parser else "none")
 
 
-def models_entry(served_id: str, shape: dict[str, Any], base_url: str) -> dict[str, Any]:
+def models_entry(shape: Shape, base_url: str) -> dict[str, Any]:
     """The harness's models.yml entry for one endpoint, derived from the shape alone."""
-    window = client_window(engine_ceiling(shape), shape.get("client_gap"), shape.get("client_max_tokens"))
+    window = client_window(engine_ceiling(shape), shape.client_gap, shape.client_max_tokens)
     control = reasoning_control(shape)
     entry: dict[str, Any] = {
-        "id": served_id,
+        "id": shape.served_id,
         "baseUrl": base_url,
         "contextWindow": window.context_window,
         "maxTokens": window.max_tokens,
         # Image input only where the engine loads a projector; text always.
-        "input": ["text", "image"] if (shape.get("projector_path") or shape.get("projector")) else ["text"],
+        "input": ["text", "image"] if shape.has_projector else ["text"],
         "reasoning": bool(REASONING_MAPS[control]),
     }
     if REASONING_MAPS[control]:

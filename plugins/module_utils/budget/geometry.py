@@ -8,43 +8,50 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_law
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError, _int, _size
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader
-from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import parse_size
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import MAX_LAYERS, ShapeError, parse_bytes, parse_int
 
 
-def _load_geometry(shape: dict[str, Any], key: str, loader: Callable[[str], GGUFHeader]) -> kv_law.ModelGeometry | None:
-    """A model geometry from a GGUF path or a Hugging Face model directory (`key`), or an explicit
-    `<key>_geometry` dict."""
-    explicit = shape.get(f"{key}_geometry")
+def load_geometry(explicit: Mapping[str, Any] | None, path: str | None, loader: Callable[[str], GGUFHeader], field_name: str) -> kv_law.ModelGeometry | None:
+    """A model geometry: the explicit mapping when given (`<field>_geometry`), else read from the
+    file at `path` (a GGUF, or a Hugging Face model directory's config.json); None without either."""
     if explicit:
-        return geometry_from_dict(explicit, f"{key}_geometry")
-    path = shape.get(key)
+        return geometry_from_dict(explicit, f"{field_name}_geometry")
     if not path:
         return None
-    config = os.path.join(str(path), "config.json") if os.path.isdir(str(path)) else str(path)
+    config = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if config.endswith(".json"):
         # A Hugging Face model directory (vLLM): the geometry is in its config.
         try:
             with open(config, encoding="utf-8") as handle:
                 return kv_law.geometry_from_hf_config(json.load(handle), config)
         except (OSError, ValueError) as exc:
-            raise ShapeError(f"{key}: cannot read the model's config {config}: {exc}") from None
-    return kv_law.geometry_from_header(loader(str(path)))
+            raise ShapeError(f"{field_name}: cannot read the model's config {config}: {exc}") from None
+    return kv_law.geometry_from_header(loader(path))
 
 
-def geometry_from_dict(spec: dict[str, Any], field_name: str = "geometry") -> kv_law.ModelGeometry:
+def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") -> kv_law.ModelGeometry:
     """Explicit geometry, for shapes whose payload is not on the controller.
 
     Keys: n_layer, n_head_kv (int or per-layer list), head_dim (or head_dim_k/head_dim_v),
     layer_kinds (list of full|swa|recurrent, optional), sliding_window, recurrent_state_bytes,
-    layer_bytes (per layer size or list), output_bytes, input_bytes.
+    layer_bytes (per layer size or list), output_bytes, input_bytes, k_eq_v.
     """
-    n_layer = _int(spec, "n_layer", minimum=1)
+    if not isinstance(spec, Mapping):
+        raise ShapeError(f"{field_name}: expected a mapping with n_layer, n_head_kv and head_dim")
+
+    def number(key: str, default: Any = None, minimum: int = 0, maximum: int | None = None) -> int | None:
+        value = spec.get(key, default)
+        return None if value is None else parse_int(value, f"{field_name}.{key}", minimum, maximum)
+
+    def size(key: str) -> int:
+        return parse_bytes(spec.get(key, 0), f"{field_name}.{key}")
+
+    n_layer = number("n_layer", minimum=1, maximum=MAX_LAYERS)
     if n_layer is None:
         raise ShapeError(f"{field_name}.n_layer: required")
     heads = spec.get("n_head_kv")
@@ -53,59 +60,67 @@ def geometry_from_dict(spec: dict[str, Any], field_name: str = "geometry") -> kv
     heads_list = heads if isinstance(heads, list) else [heads] * n_layer
     if len(heads_list) != n_layer:
         raise ShapeError(f"{field_name}.n_head_kv: {len(heads_list)} values for {n_layer} layers")
-    dim_k = _int(spec, "head_dim_k", spec.get("head_dim"), minimum=1)
-    dim_v = _int(spec, "head_dim_v", spec.get("head_dim"), minimum=1)
+    heads_list = [parse_int(h, f"{field_name}.n_head_kv[{il}]", 0, 65536) for il, h in enumerate(heads_list)]
+    dim_k = number("head_dim_k", spec.get("head_dim"), 1, 65536)
+    dim_v = number("head_dim_v", spec.get("head_dim"), 1, 65536)
     if dim_k is None or dim_v is None:
         raise ShapeError(f"{field_name}.head_dim: required")
     kinds = spec.get("layer_kinds") or ["full"] * n_layer
-    if len(kinds) != n_layer or any(k not in ("full", "swa", "recurrent") for k in kinds):
+    if not isinstance(kinds, list) or len(kinds) != n_layer or any(k not in ("full", "swa", "recurrent") for k in kinds):
         raise ShapeError(f"{field_name}.layer_kinds: give {n_layer} values, each full, swa or recurrent")
-    state = _size(spec, "recurrent_state_bytes", 0) or 0
+    state = size("recurrent_state_bytes")
+    k_eq_v = bool(spec.get("k_eq_v", False))
     layers = [
-        kv_law.LayerKV("recurrent", recurrent_state_bytes=state)
-        if kind == "recurrent"
-        else kv_law.LayerKV(kind, int(heads_list[il]), dim_k, dim_v, bool(spec.get("k_eq_v", False)))
+        kv_law.LayerKV("recurrent", recurrent_state_bytes=state) if kind == "recurrent" else kv_law.LayerKV(kind, heads_list[il], dim_k, dim_v, k_eq_v)
         for il, kind in enumerate(kinds)
     ]
     layer_bytes_spec = spec.get("layer_bytes", 0)
     if isinstance(layer_bytes_spec, list):
         if len(layer_bytes_spec) != n_layer:
             raise ShapeError(f"{field_name}.layer_bytes: {len(layer_bytes_spec)} values for {n_layer} layers")
-        layer_bytes = {il: parse_size(v, f"{field_name}.layer_bytes[{il}]") for il, v in enumerate(layer_bytes_spec)}
+        layer_bytes = {il: parse_bytes(v, f"{field_name}.layer_bytes[{il}]") for il, v in enumerate(layer_bytes_spec)}
     else:
-        each = parse_size(layer_bytes_spec, f"{field_name}.layer_bytes")
-        layer_bytes = dict.fromkeys(range(n_layer), each)
+        layer_bytes = dict.fromkeys(range(n_layer), size("layer_bytes"))
     return kv_law.ModelGeometry(
         architecture=str(spec.get("architecture", "explicit")),
         layers=layers,
-        sliding_window=_int(spec, "sliding_window", 0) or 0,
+        sliding_window=number("sliding_window", 0, 0, 1 << 24) or 0,
         layer_weight_bytes=layer_bytes,
-        input_weight_bytes=_size(spec, "input_bytes", 0) or 0,
-        output_weight_bytes=_size(spec, "output_bytes", 0) or 0,
+        input_weight_bytes=size("input_bytes"),
+        output_weight_bytes=size("output_bytes"),
     )
 
 
 # --- layer placement --------------------------------------------------------------------------
 
+HOST = -1  # a layer llama.cpp keeps in host RAM (beyond --n-gpu-layers)
 
-def assign_layers(n_layer: int, n_devices: int, tensor_split: list[float] | None) -> list[int]:
-    """Device index per layer, plus one entry for the output layer (index n_layer).
 
-    llama.cpp's rule: normalised cumulative split fractions; layer il goes to the first device
-    whose cumulative share exceeds il / (n_layer + 1). Whole layers move, never parts.
+def assign_layers(n_layer: int, n_devices: int, tensor_split: tuple[float, ...] | list[float] | None, n_gpu_layers: int = 999) -> list[int]:
+    """Device index per layer (HOST for a layer left in host RAM), plus one entry for the output
+    layer (index n_layer).
+
+    llama.cpp's rule: the last `n_gpu_layers` of the n_layer + 1 (the output counts as one) go to
+    the devices; among those, layer il goes to the first device whose normalised cumulative split
+    exceeds (il - first) / offloaded. Whole layers move, never parts.
     """
-    split = tensor_split or [1.0] * n_devices
+    split = list(tensor_split or [1.0] * n_devices)
     if len(split) != n_devices:
         raise ShapeError(f"tensor_split: {len(split)} values for {n_devices} devices")
     if any(s < 0 for s in split) or sum(split) <= 0:
         raise ShapeError("tensor_split: values must be non-negative and not all zero")
-    if n_devices == 1:
-        return [0] * (n_layer + 1)
+    first = max(n_layer + 1 - n_gpu_layers, 0)
+    offloaded = min(n_gpu_layers, n_layer + 1)
     total = float(sum(split))
     cumulative = []
     running = 0.0
     for share in split:
         running += share
         cumulative.append(running / total)
-    n_offload = n_layer + 1
-    return [min(bisect.bisect_right(cumulative, il / n_offload), n_devices - 1) for il in range(n_layer + 1)]
+    placement = []
+    for il in range(n_layer + 1):
+        if il < first or offloaded <= 0:
+            placement.append(HOST)
+        else:
+            placement.append(min(bisect.bisect_right(cumulative, (il - first) / offloaded), n_devices - 1))
+    return placement

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.fields import ShapeError, _int
-from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB, SizeError, parse_size
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_bytes, parse_int, parse_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 
 
 @dataclass
@@ -113,21 +113,20 @@ class BudgetResult:
         }
 
 
-def _devices(shape: dict[str, Any]) -> list[DeviceLedger]:
-    devices = shape.get("devices")
-    if not devices or not isinstance(devices, list):
+def devices_from(spec: Any) -> list[DeviceLedger]:
+    """The devices to price on (endpoint_devices): [{name, memory}], one per GPU rank or the host."""
+    if not spec or not isinstance(spec, list):
         raise ShapeError("devices: give at least one device, e.g. [{name: cuda0, memory: '24,576 MiB'}]")
+    if len(spec) > 64:
+        raise ShapeError(f"devices: {len(spec)} devices; at most 64")
     out = []
-    for index, device in enumerate(devices):
+    for index, device in enumerate(spec):
         if not isinstance(device, dict) or "memory" not in device:
             raise ShapeError(f"devices[{index}]: each device needs a name and a memory size")
-        try:
-            capacity = parse_size(device["memory"], f"devices[{index}].memory")
-        except SizeError as exc:
-            raise ShapeError(str(exc)) from None
+        capacity = parse_bytes(device["memory"], f"devices[{index}].memory")
         if capacity <= 0:
             raise ShapeError(f"devices[{index}].memory: must be positive")
-        out.append(DeviceLedger(str(device.get("name", f"dev{index}")), capacity))
+        out.append(DeviceLedger(parse_text(device.get("name", f"dev{index}"), f"devices[{index}].name"), capacity))
     return out
 
 
@@ -187,13 +186,16 @@ def _capacity_verdicts(devices: list[DeviceLedger], floor: int, max_gap: int | N
     return verdicts
 
 
-def slot_ceiling(boots: list[dict[str, Any]], capacity: int, floor: int) -> tuple[int, int, int]:
+def slot_ceiling(boots: Any, capacity: int, floor: int) -> tuple[int, int, int]:
     """From two measured boots (slots, used): fixed cost, per-slot cost and the largest slot count that fits."""
-    if len(boots) < 2:
+    if not isinstance(boots, list) or len(boots) < 2:
         raise ShapeError("slot_calibration.boots: give two measured boots with different slot counts")
-    (s1, u1), (s2, u2) = ((_int(b, "slots", minimum=1), parse_size(b.get("used"), "slot_calibration.boots[].used")) for b in boots[:2])
-    if s1 is None or s2 is None:
-        raise ShapeError("slot_calibration.boots[].slots: required")
+    if not all(isinstance(b, dict) for b in boots[:2]):
+        raise ShapeError("slot_calibration.boots: each boot is a mapping {slots, used}")
+    (s1, u1), (s2, u2) = (
+        (parse_int(b.get("slots"), f"slot_calibration.boots[{i}].slots", 1, 4096), parse_bytes(b.get("used"), f"slot_calibration.boots[{i}].used"))
+        for i, b in enumerate(boots[:2])
+    )
     if s1 == s2:
         raise ShapeError("slot_calibration.boots: the two boots must differ in slot count")
     per_slot = (u2 - u1) // (s2 - s1)

@@ -318,11 +318,6 @@ class LlamaCppShape(Shape):
     def kv_dtypes(self) -> tuple[str, ...]:
         return (self.type_k, self.cache_type_v)
 
-    @property
-    def per_slot_window(self) -> int:
-        """The positions one request may use: --parallel divides --ctx-size, unless unified."""
-        return self.ctx_size if self.kv_unified else self.ctx_size // self.parallel
-
 
 @dataclass(frozen=True)
 class VllmShape(Shape):
@@ -364,10 +359,6 @@ class VllmShape(Shape):
     @property
     def kv_dtypes(self) -> tuple[str, ...]:
         return (self.kv_cache_dtype,)
-
-    @property
-    def per_slot_window(self) -> int:
-        return self.max_model_len
 
 
 SHAPE_CLASSES: dict[str, type[Shape]] = {"llamacpp": LlamaCppShape, "vllm": VllmShape}
