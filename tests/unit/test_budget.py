@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from gguf_files import write_gguf
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import assign_layers
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import HOST, assign_layers
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table, slot_ceiling
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
@@ -172,6 +172,24 @@ def test_layer_split_moves_whole_layers_and_output_goes_last():
     assert placement.count(0) in (5, 6)
     lopsided = assign_layers(10, 2, [3, 1])
     assert lopsided.count(0) > lopsided.count(1)
+
+
+def test_n_gpu_layers_keeps_the_first_layers_and_their_kv_in_host_ram():
+    # llama.cpp offloads the LAST n_gpu_layers of the n_layer + 1 (the output counts as one).
+    assert assign_layers(10, 1, None, 4) == [HOST] * 7 + [0] * 4
+    assert assign_layers(10, 2, [1, 1], 0) == [HOST] * 11
+    geometry = {"n_layer": 10, "n_head_kv": 2, "head_dim": 32, "layer_bytes": "10 MiB", "output_bytes": "5 MiB"}
+    shape = {"runtime": "llamacpp", "devices": [{"name": "gpu0", "memory": "1 GiB"}], "model_geometry": geometry, "ctx_size": 4096}
+    full = price(shape)
+    partial = price({**shape, "n_gpu_layers": 4})
+    weights = {t.name: t.bytes for t in partial.devices[0].terms}["weights"]
+    assert weights == 3 * 10 * MIB + 5 * MIB  # three layers and the output on the card
+    host = {t.name: t.bytes for t in partial.host_terms}
+    assert host["host_layers"] == 7 * 10 * MIB
+    card_kv = {t.name: t.bytes for t in partial.devices[0].terms}["kv"]
+    assert card_kv + host["host_kv"] == {t.name: t.bytes for t in full.devices[0].terms}["kv"]
+    assert card_kv * 7 == host["host_kv"] * 3
+    assert any("n_gpu_layers 4" in note for note in partial.notes)
 
 
 def test_llamacpp_ledger_per_device_with_split_drafter_and_projector(tmp_path):
