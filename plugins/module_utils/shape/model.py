@@ -50,7 +50,7 @@ def _key(kind: str, help_text: str, runtimes: frozenset[str] = BOTH, *, default:
     """A shape key: its kind (int, size, float, bool, str, choice, args, split, overrides, sizes,
     mapping, list), help text, the runtimes that take it, its default and its bounds."""
     meta = {"kind": kind, "help": help_text, "runtimes": runtimes, "group": group, **rules}
-    return field(default=default, metadata=meta)
+    return field(default=default, metadata=meta)  # pylint: disable=invalid-field-call  # called only from the dataclass bodies below
 
 
 # --- coercion: each kind once, every message names the field -----------------------------------
