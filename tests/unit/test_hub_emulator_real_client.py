@@ -4,7 +4,7 @@ Where the real client disagrees with the emulator, the emulator is what gets fix
 from pathlib import Path
 
 import pytest
-from conftest import GATED, REPO, TOKEN
+from hub_payload import GATED, REPO, TOKEN
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
 

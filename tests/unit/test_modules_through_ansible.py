@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import GATED, REPO, TOKEN
+from hub_payload import GATED, REPO, TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

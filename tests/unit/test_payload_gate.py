@@ -4,8 +4,8 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import GATED, REPO, TOKEN
 from hub_emulator import Fault
+from hub_payload import GATED, REPO, TOKEN
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
