@@ -1,5 +1,3 @@
-import struct
-
 import gguf
 import numpy as np
 import pytest
@@ -82,76 +80,6 @@ def test_split_set_refuses_a_missing_part_and_a_non_first_part(tmp_path):
     paths[2].unlink()
     with pytest.raises(GGUFError, match="00003-of-00003.gguf is missing"):
         read_model(paths[0])
-
-
-def test_truncated_file_fails_with_offset(tmp_path):
-    path = write_gguf(tmp_path / "m.gguf")
-    data = path.read_bytes()
-    header = read_header(path)
-    cut = tmp_path / "cut.gguf"
-    cut.write_bytes(data[: header.data_offset - 40])
-    with pytest.raises(GGUFError, match=r"offset \d+"):
-        read_header(cut)
-    tiny = tmp_path / "tiny.gguf"
-    tiny.write_bytes(b"GGUF")
-    with pytest.raises(GGUFError, match="truncated"):
-        read_header(tiny)
-
-
-def _raw_gguf(kv_blob: bytes, n_kv: int = 1, n_tensors: int = 0, tail: bytes = b"") -> bytes:
-    return struct.pack("<4sIQQ", b"GGUF", 3, n_tensors, n_kv) + kv_blob + tail
-
-
-def test_hostile_string_length_is_refused_without_allocating(tmp_path):
-    key = b"general.name"
-    blob = struct.pack("<Q", len(key)) + key + struct.pack("<I", 8) + struct.pack("<Q", 1 << 60)
-    path = tmp_path / "hostile.gguf"
-    path.write_bytes(_raw_gguf(blob) + b"\0" * 64)
-    with pytest.raises(GGUFError, match=r"claims 1152921504606846976 bytes.*|offset 2\d") as info:
-        read_header(path)
-    assert "offset" in str(info.value)
-
-
-def test_absurd_counts_are_refused(tmp_path):
-    path = tmp_path / "counts.gguf"
-    path.write_bytes(_raw_gguf(b"", n_kv=0, n_tensors=1 << 50) + b"\0" * 128)
-    with pytest.raises(GGUFError, match="tensor infos .* cannot fit"):
-        read_header(path)
-    path.write_bytes(_raw_gguf(b"", n_kv=1 << 40) + b"\0" * 128)
-    with pytest.raises(GGUFError, match="metadata entries .* cannot fit"):
-        read_header(path)
-
-
-def test_absurd_array_length_is_refused(tmp_path):
-    key = b"tokenizer.ggml.tokens"
-    blob = struct.pack("<Q", len(key)) + key + struct.pack("<I", 9) + struct.pack("<IQ", 8, 1 << 59)
-    path = tmp_path / "array.gguf"
-    path.write_bytes(_raw_gguf(blob) + b"\0" * 64)
-    with pytest.raises(GGUFError, match="claims 576460752303423488 strings"):
-        read_header(path)
-
-
-def test_too_many_dimensions_and_unknown_type_are_refused(tmp_path):
-    name = b"t"
-    info = struct.pack("<Q", 1) + name + struct.pack("<I", 9)
-    path = tmp_path / "dims.gguf"
-    path.write_bytes(_raw_gguf(b"", n_kv=0, n_tensors=1, tail=info) + b"\0" * 128)
-    with pytest.raises(GGUFError, match="9 dimensions"):
-        read_header(path)
-    info = struct.pack("<Q", 1) + name + struct.pack("<I", 1) + struct.pack("<Q", 4) + struct.pack("<IQ", 99, 0)
-    path.write_bytes(_raw_gguf(b"", n_kv=0, n_tensors=1, tail=info) + b"\0" * 128)
-    with pytest.raises(GGUFError, match="ggml type 99"):
-        read_header(path)
-
-
-def test_not_gguf_and_old_versions_are_refused(tmp_path):
-    path = tmp_path / "x.gguf"
-    path.write_bytes(b"GGML" + b"\0" * 60)
-    with pytest.raises(GGUFError, match="magic"):
-        read_header(path)
-    path.write_bytes(struct.pack("<4sIQQ", b"GGUF", 1, 0, 0) + b"\0" * 32)
-    with pytest.raises(GGUFError, match="version 1"):
-        read_header(path)
 
 
 def test_sparse_file_header_is_read_without_touching_data(tmp_path):

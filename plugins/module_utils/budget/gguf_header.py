@@ -4,8 +4,10 @@
 
 The file is memory-mapped, so only the pages of the header are ever read (a 50 GiB part costs
 the same as a 5 MiB one). Every length and count in the file is checked against the bytes that
-remain before anything is allocated from it, and errors name the byte offset, so a truncated or
-hostile file fails cleanly with bounded memory.
+remain before anything is allocated from it, and against a sane maximum (the MAX_* bounds below,
+named in the error), so a truncated or hostile file fails cleanly with bounded memory and time;
+errors name the byte offset. Counts that size later work (block and head counts: budget builds
+one entry per block) are bounded here too, so no caller prices four million layers.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 # Arrays larger than this are skipped (tokenizer vocabularies): only their length is kept.
 KEEP_ARRAY_MAX = 4096
+# Sane maxima, each far above any published model, each named in the error that refuses it.
+MAX_KV_COUNT = 1 << 16  # metadata entries (a model has tens)
+MAX_TENSOR_COUNT = 1 << 20  # tensor infos (a large MoE has about 100,000)
+MAX_ARRAY_LENGTH = 1 << 24  # array items (the largest vocabularies have about 260,000)
+MAX_STRING_BYTES = 1 << 24  # one metadata string (a chat template is tens of KiB)
+MAX_TENSOR_NAME_BYTES = 64  # GGML_MAX_NAME: llama.cpp refuses longer tensor names
+MAX_BLOCK_COUNT = KEEP_ARRAY_MAX  # blocks (published models have at most a few hundred)
+MAX_HEAD_COUNT = 4096  # attention heads per layer (published models have at most 128)
 
 # ggml type id -> (name, elements per block, bytes per block)
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -196,11 +206,18 @@ class _Cursor:
         self.pos += 8
         return value
 
-    def string(self, what: str) -> str:
+    def string_length(self, what: str) -> int:
         start = self.pos
         length = self.u64(f"{what} length")
+        if length > MAX_STRING_BYTES:
+            raise GGUFError(f"corrupt GGUF: {what} at offset {start} claims {length} bytes, above MAX_STRING_BYTES ({MAX_STRING_BYTES})")
         if length > self.end - self.pos:
             raise GGUFError(f"corrupt GGUF: {what} at offset {start} claims {length} bytes, only {self.end - self.pos} remain")
+        return length
+
+    def string(self, what: str) -> str:
+        start = self.pos
+        length = self.string_length(what)
         raw = self.buf[self.pos : self.pos + length]
         self.pos += length
         try:
@@ -209,11 +226,7 @@ class _Cursor:
             raise GGUFError(f"corrupt GGUF: {what} at offset {start} is not UTF-8") from exc
 
     def skip_string(self, what: str) -> None:
-        start = self.pos
-        length = self.u64(f"{what} length")
-        if length > self.end - self.pos:
-            raise GGUFError(f"corrupt GGUF: {what} at offset {start} claims {length} bytes, only {self.end - self.pos} remain")
-        self.pos += length
+        self.pos += self.string_length(what)
 
 
 def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> Any:
@@ -231,25 +244,26 @@ def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> 
         count = cur.u64(f"array length of {key!r}")
         lengths[key] = count
         code = _ARRAY_CODES.get(item_type)
+        if code is None and item_type != _STRING:
+            raise GGUFError(f"unsupported GGUF: array {key!r} at offset {start} has item type {item_type}")
+        # The smallest item: a scalar's size, or a string's length field alone.
+        size = struct.calcsize(code) if code else 8
+        if count > (cur.end - cur.pos) // size:
+            raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} {'items' if code else 'strings'}, the file is too short")
+        if count > MAX_ARRAY_LENGTH:
+            raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} items, above MAX_ARRAY_LENGTH ({MAX_ARRAY_LENGTH})")
         if code is not None:
-            size = struct.calcsize(code)
-            if count > (cur.end - cur.pos) // size:
-                raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} items, the file is too short")
             if count > KEEP_ARRAY_MAX:
                 cur.pos += count * size
                 return None
             values = struct.unpack_from(f"<{count}{code}", cur.buf, cur.pos)
             cur.pos += count * size
             return list(values)
-        if item_type == _STRING:
-            if count > (cur.end - cur.pos) // 8:
-                raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} strings, the file is too short")
-            if count > KEEP_ARRAY_MAX:
-                for _item in range(count):
-                    cur.skip_string(f"item of {key!r}")
-                return None
-            return [cur.string(f"item of {key!r}") for _item in range(count)]
-        raise GGUFError(f"unsupported GGUF: array {key!r} at offset {start} has item type {item_type}")
+        if count > KEEP_ARRAY_MAX:
+            for _item in range(count):
+                cur.skip_string(f"item of {key!r}")
+            return None
+        return [cur.string(f"item of {key!r}") for _item in range(count)]
     raise GGUFError(f"corrupt GGUF: value of {key!r} at offset {cur.pos - 4} has unknown type {vtype}")
 
 
@@ -279,6 +293,10 @@ def _parse(path: str, buf: Any, file_size: int) -> GGUFHeader:
         raise GGUFError(f"corrupt GGUF: {n_kv} metadata entries (offset 16) cannot fit in {file_size} bytes")
     if n_tensors > (file_size - cur.pos) // _MIN_TENSOR_BYTES:
         raise GGUFError(f"corrupt GGUF: {n_tensors} tensor infos (offset 8) cannot fit in {file_size} bytes")
+    if n_kv > MAX_KV_COUNT:
+        raise GGUFError(f"corrupt GGUF: {n_kv} metadata entries (offset 16), above MAX_KV_COUNT ({MAX_KV_COUNT})")
+    if n_tensors > MAX_TENSOR_COUNT:
+        raise GGUFError(f"corrupt GGUF: {n_tensors} tensor infos (offset 8), above MAX_TENSOR_COUNT ({MAX_TENSOR_COUNT})")
 
     metadata: dict[str, Any] = {}
     lengths: dict[str, int] = {}
@@ -286,6 +304,7 @@ def _parse(path: str, buf: Any, file_size: int) -> GGUFHeader:
         key = cur.string("metadata key")
         vtype = cur.u32(f"type of {key!r}")
         metadata[key] = _read_value(cur, vtype, key, lengths)
+    _check_model_counts(metadata)
 
     tensors = _read_tensor_infos(cur, n_tensors)
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
@@ -293,6 +312,29 @@ def _parse(path: str, buf: Any, file_size: int) -> GGUFHeader:
         raise GGUFError(f"corrupt GGUF: general.alignment {alignment!r} is not a power of two")
     data_offset = (cur.pos + alignment - 1) // alignment * alignment
     return GGUFHeader(path, version, metadata, tensors, data_offset, file_size, lengths)
+
+
+# Metadata counts that callers turn into per-block or per-head work, with their bounds.
+_COUNT_BOUNDS = {
+    ".block_count": ("MAX_BLOCK_COUNT", MAX_BLOCK_COUNT),
+    ".attention.head_count": ("MAX_HEAD_COUNT", MAX_HEAD_COUNT),
+    ".attention.head_count_kv": ("MAX_HEAD_COUNT", MAX_HEAD_COUNT),
+}
+
+
+def _check_model_counts(metadata: dict[str, Any]) -> None:
+    """Refuse block and head counts no model has: budget builds one entry per block, so an
+    unchecked block_count of 4,000,000 in a 295-byte file costs hundreds of MiB and seconds."""
+    for key, value in metadata.items():
+        bound = next((b for suffix, b in _COUNT_BOUNDS.items() if key.endswith(suffix)), None)
+        if bound is None:
+            continue
+        name, limit = bound
+        for count in value if isinstance(value, list) else [value]:
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise GGUFError(f"corrupt GGUF: {key} is {value!r}, expected an integer count in 0-{limit} ({name})")
+            if not 0 <= count <= limit:
+                raise GGUFError(f"corrupt GGUF: {key} is {count}, outside 0-{limit} ({name})")
 
 
 def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:
@@ -311,6 +353,9 @@ def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:
             start = pos
             (name_len,) = u64(buf, pos)
             pos += 8
+            if name_len > MAX_TENSOR_NAME_BYTES:
+                limit = f"above MAX_TENSOR_NAME_BYTES ({MAX_TENSOR_NAME_BYTES})"
+                raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, {limit}")
             if name_len > end - pos:
                 raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, only {end - pos} remain")
             name = buf[pos : pos + name_len].decode("utf-8")

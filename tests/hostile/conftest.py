@@ -1,0 +1,8 @@
+"""Fixtures for tests/hostile: the Hub emulator and the GGUF writer of tests/unit, shared, not copied."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+
+from hub_payload import hub  # noqa: F401 (the fixture)
