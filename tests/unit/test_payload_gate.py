@@ -9,7 +9,7 @@ from hub_payload import GATED, REPO, TOKEN
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestError, ManifestFile, destination_path, parse_manifest
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import STAMP_FILE, verify_payload
 
 
@@ -93,17 +93,6 @@ def test_complete_partial_is_finished_by_a_416(hub, tmp_path):
     assert (tmp_path / "model-00001-of-00002.gguf").exists()
 
 
-def test_sha_mismatch_is_kept_aside_and_never_takes_the_final_name(hub, tmp_path):
-    client = HubClient(hub.emulator.hub_url)
-    good = build_manifest(client, REPO, "main", ["model-00001-of-00002.gguf"])
-    wrong = Manifest(good.repo_id, good.revision, [ManifestFile(good.files[0].path, good.files[0].size, "0" * 64, True)])
-    [result] = fetch_payload(client, wrong, str(tmp_path))
-    assert result.action == "failed" and "sha256" in result.detail
-    assert not (tmp_path / "model-00001-of-00002.gguf").exists()
-    aside = list(tmp_path.glob("model-00001-of-00002.gguf.rejected-*"))
-    assert len(aside) == 1 and aside[0].read_bytes() == hub.blobs["model-00001-of-00002.gguf"][0]
-
-
 def test_corrupted_byte_is_detected_and_only_refetch_replaces_it(hub, tmp_path):
     client = HubClient(hub.emulator.hub_url)
     manifest = build_manifest(client, REPO, "main", ["model-00001-of-00002.gguf"])
@@ -122,15 +111,6 @@ def test_corrupted_byte_is_detected_and_only_refetch_replaces_it(hub, tmp_path):
     assert fixed.action == "fetched"
     assert target.read_bytes() == hub.blobs[target.name][0]
     assert len(list(tmp_path.glob("model-00001-of-00002.gguf.rejected-*"))) == 1  # the bad copy is kept
-
-
-def test_http_error_body_is_never_written(hub, tmp_path):
-    client = HubClient(hub.emulator.hub_url)
-    manifest = build_manifest(client, REPO, "main", ["config.json"])
-    missing = Manifest(manifest.repo_id, manifest.revision, [ManifestFile("not-on-the-hub.gguf", 100, None, False)])
-    [result] = fetch_payload(client, missing, str(tmp_path))
-    assert result.action == "failed" and "HTTP 404" in result.detail
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_gated_repo_needs_the_token_and_the_token_never_leaks(hub, tmp_path, capsys):
@@ -157,40 +137,6 @@ def test_gated_repo_needs_the_token_and_the_token_never_leaks(hub, tmp_path, cap
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert TOKEN.encode() not in path.read_bytes()
-
-
-@pytest.mark.parametrize("bad", ["../escape.gguf", "/etc/passwd", "a/../../b", "a//b", "./x", "C:/x", "a\\b"])
-def test_unsafe_manifest_paths_are_refused(bad):
-    with pytest.raises(ManifestError, match=r"files\[0\]\.path"):
-        parse_manifest({"repo_id": "a/b", "revision": "0" * 40, "files": [{"path": bad, "size": 1}]})
-
-
-def test_symlinked_directory_escaping_the_destination_is_refused(tmp_path):
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    dest = tmp_path / "dest"
-    dest.mkdir()
-    (dest / "sub").symlink_to(outside)
-    with pytest.raises(ManifestError, match="resolves outside the destination"):
-        destination_path(str(dest), "sub/file.gguf")
-
-
-@pytest.mark.parametrize(
-    ("patch", "field"),
-    [
-        ({"revision": "main"}, "revision"),
-        ({"repo_id": "no spaces allowed"}, "repo_id"),
-        ({"files": []}, "files"),
-        ({"files": [{"path": "a", "size": -1}]}, r"files\[0\]\.size"),
-        ({"files": [{"path": "a", "size": 1, "sha256": "xyz"}]}, r"files\[0\]\.sha256"),
-        ({"files": [{"path": "a", "size": 1}, {"path": "a", "size": 1}]}, r"files\[1\]\.path"),
-    ],
-)
-def test_malformed_manifests_name_the_field(patch, field):
-    data = {"repo_id": "a/b", "revision": "0" * 40, "files": [{"path": "a", "size": 1}]}
-    data.update(patch)
-    with pytest.raises(ManifestError, match=f"^{field}"):
-        parse_manifest(data)
 
 
 def test_size_gate_reads_metadata_only_and_judges_each_kind_of_wrong(tmp_path):

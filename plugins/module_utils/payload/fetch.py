@@ -11,7 +11,10 @@ Per file:
 - an HTTP error never writes the response body: the status is checked before the file is opened;
 - a sha256 or size mismatch moves the file aside to `NAME.rejected-<time>` and fails, unless
   `refetch` asks to fetch it again (the rejected copy is still kept for inspection);
-- nothing the manifest does not name is touched.
+- nothing the manifest does not name is touched: a `NAME.partial` that is a symlink or not a
+  regular file is refused, never followed (O_NOFOLLOW), so a planted link cannot redirect the write;
+- a body longer than the manifest size is cut at that size and refused: the partial is kept for
+  inspection and never takes the final name.
 Hashing runs in a second thread, overlapped with the network reads.
 """
 
@@ -20,10 +23,12 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile, destination_path, safe_relative_path
@@ -84,9 +89,40 @@ class _Hasher:
         return self.digest.hexdigest()
 
 
+def _partial_size(partial: str) -> int:
+    """Bytes already in NAME.partial (0 when there is none). A symlink or anything but a regular
+    file is refused: following a planted link would overwrite the link's target."""
+    try:
+        info = os.lstat(partial)
+    except FileNotFoundError:
+        return 0
+    if stat.S_ISLNK(info.st_mode):
+        raise FetchError(f"{partial}: is a symlink, and a partial download is never written through one; remove it and run again")
+    if not stat.S_ISREG(info.st_mode):
+        raise FetchError(f"{partial}: is not a regular file; remove it and run again")
+    return info.st_size
+
+
+def _open_partial(partial: str, append: bool) -> BinaryIO:
+    """Open NAME.partial for writing without following a symlink swapped in since _partial_size
+    looked: append to it, truncate it, or create it exclusively when there is none."""
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    if append:
+        flags |= os.O_APPEND
+    elif os.path.lexists(partial):
+        flags |= os.O_TRUNC
+    else:
+        flags |= os.O_CREAT | os.O_EXCL
+    fd = os.open(partial, flags, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FetchError(f"{partial}: is not a regular file; remove it and run again")
+    return os.fdopen(fd, "wb")
+
+
 def _hash_prefix(path: str, length: int) -> hashlib._Hash:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as handle:
         remaining = length
         while remaining:
             block = handle.read(min(PREFIX_CHUNK, remaining))
@@ -105,7 +141,7 @@ def _set_aside(path: str, final: str) -> str:
 
 
 def _finalise(entry: ManifestFile, partial: str, final: str, sha256: str, dest: str) -> None:
-    size = os.path.getsize(partial)
+    size = os.lstat(partial).st_size
     if size != entry.size:
         aside = _set_aside(partial, final)
         raise FetchError(f"{entry.path}: got {size} bytes, manifest says {entry.size}; kept aside as {os.path.basename(aside)}")
@@ -122,11 +158,9 @@ def plan_file(entry: ManifestFile, dest: str) -> tuple[str, int]:
     final = destination_path(dest, entry.path)
     if size_gate(entry, dest).ok and (not entry.sha256 or stamped_sha256(dest, entry.path) == entry.sha256):
         return "skipped", 0
-    partial = final + ".partial"
-    if os.path.exists(partial):
-        have = os.path.getsize(partial)
-        if have <= entry.size:
-            return "would_resume", entry.size - have
+    have = _partial_size(final + ".partial")
+    if 0 < have <= entry.size:
+        return "would_resume", entry.size - have
     return "would_fetch", entry.size
 
 
@@ -161,7 +195,7 @@ def fetch_file(
             raise FetchError(f"{entry.path}: present but {existing.status} ({existing.detail or existing.actual_size}); set refetch to fetch it again")
         _set_aside(final, final)
 
-    have = os.path.getsize(partial) if os.path.exists(partial) else 0
+    have = _partial_size(partial)
     if have > entry.size:
         _set_aside(partial, final)
         have = 0
@@ -183,13 +217,13 @@ def fetch_file(
             content_range = response.getheader("Content-Range") or ""
             if not content_range.startswith(f"bytes {have}-"):
                 raise FetchError(f"{entry.path}: asked for bytes {have}-, got Content-Range {content_range!r}")
-        mode = "ab" if have else "wb"
         hasher = _Hasher(digest)
         done = have
         try:
-            with open(partial, mode) as out:
-                while True:
-                    block = response.read(READ_CHUNK)
+            with _open_partial(partial, append=bool(have)) as out:
+                # Never past the manifest size: a server sending more cannot fill the disk.
+                while done < entry.size:
+                    block = response.read(min(READ_CHUNK, entry.size - done))
                     if not block:
                         break
                     out.write(block)
@@ -200,6 +234,11 @@ def fetch_file(
                         progress(entry.path, done, entry.size)
         finally:
             sha256 = hasher.finish()
+        if done == entry.size and response.read(1):
+            raise FetchError(
+                f"{entry.path}: the server sends more than the manifest's {entry.size} bytes; stopped there, "
+                f"{os.path.basename(partial)} is kept for inspection and never takes the final name (check the manifest's size)"
+            )
         if done < entry.size:
             raise FetchError(f"{entry.path}: connection ended at {done} of {entry.size} bytes; the partial file is kept and the next run resumes it")
         _finalise(entry, partial, final, sha256, dest)
@@ -224,7 +263,11 @@ def fetch_payload(
     if check_mode:
         results = []
         for entry in manifest.files:
-            action, todo = plan_file(entry, dest)
+            try:
+                action, todo = plan_file(entry, dest)
+            except FetchError as exc:
+                results.append(FetchResult(entry.path, "failed", entry.size, detail=str(exc)))
+                continue
             results.append(FetchResult(entry.path, action, entry.size, todo))
         return results
 

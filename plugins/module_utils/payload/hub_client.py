@@ -4,7 +4,8 @@
 
 Why not urllib: redirects must be handled by hand. The resolve endpoint's 3xx carries the truth
 (`X-Linked-Size`, `X-Linked-Etag` = the LFS sha256) that the CDN's final answer does not (a Xet
-CDN's ETag is a Xet hash, not a sha256), and the token must reach only the Hub, never a CDN.
+CDN's ETag is a Xet hash, not a sha256), and the token must reach only the Hub's origin (its
+scheme, host and port), never a CDN and never the same host over plain http after a downgrade.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from urllib.parse import quote, urljoin, urlsplit
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_REDIRECTS = 5
 USER_AGENT = "frank.llm_fleet-hf_payload_gate/0.1"
+DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
 class HubError(RuntimeError):
@@ -46,6 +48,17 @@ def endpoint_from_env(explicit: str | None = None) -> str:
     return (explicit or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) as a browser's same-origin rule compares them."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:  # a malformed port matches no origin
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
+
+
 def _strip_etag(value: str | None) -> str | None:
     if not value:
         return None
@@ -58,7 +71,7 @@ def _strip_etag(value: str | None) -> str | None:
 class HubClient:
     def __init__(self, endpoint: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
         self.endpoint = endpoint_from_env(endpoint)
-        self._hub_netloc = urlsplit(self.endpoint).netloc
+        self._hub_origin = _origin(self.endpoint)
         self._token = token
         self.timeout = timeout
         self._ssl = ssl.create_default_context()
@@ -70,8 +83,9 @@ class HubClient:
 
     def _headers_for(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
-        # The token goes to the Hub only: a CDN redirect target never sees it.
-        if self._token and urlsplit(url).netloc == self._hub_netloc:
+        # The token goes to the Hub's origin only: a CDN redirect target never sees it, nor does the
+        # Hub's own host after a redirect from https down to http (the token would cross in clear).
+        if self._token and _origin(url) == self._hub_origin:
             headers["Authorization"] = f"Bearer {self._token}"
         headers.update(extra or {})
         return headers
@@ -117,10 +131,21 @@ class HubClient:
                     continue
                 if response.status != 200:
                     raise self._error_from(response, f"GET {self.redact(url)}")
-                return json.loads(response.read().decode("utf-8")), response
+                return self._json_body(response, url), response
             finally:
                 conn.close()
         raise HubError(f"GET {self.redact(url)}: too many redirects")
+
+    def _json_body(self, response: http.client.HTTPResponse, url: str) -> Any:
+        body = response.read()
+        try:
+            return json.loads(body.decode("utf-8"))
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError alike: a portal, a proxy, a wrong endpoint
+            content_type = response.getheader("Content-Type") or "no Content-Type"
+            raise HubError(
+                self.redact(f"GET {url}: expected JSON from a Hugging Face Hub, got {content_type} starting {body[:120]!r}; check the endpoint (HF_ENDPOINT)"),
+                response.status,
+            ) from None
 
     # --- the API ---------------------------------------------------------------------------
 
@@ -140,8 +165,8 @@ class HubClient:
         entries: list[dict[str, Any]] = []
         while url:
             data, response = self.get_json(url)
-            if not isinstance(data, list):
-                raise HubError(f"{repo_id}: unexpected tree answer")
+            if not isinstance(data, list) or not all(isinstance(e, dict) and isinstance(e.get("path"), str) for e in data):
+                raise HubError(f"GET {self.redact(url)}: expected a list of tree entries with a path each, got {str(data)[:120]}")
             entries.extend(e for e in data if e.get("type") == "file")
             match = re.search(r'<([^>]+)>;\s*rel="next"', response.getheader("Link") or "")
             url = match.group(1) if match else None
