@@ -40,6 +40,7 @@ class ArenaCalibration:
     max_model_len: int
     runtime_overhead: int
     arena_bytes: int
+    gpu_memory_utilization: float | None = None  # None: the shape's own
 
 
 def arena_calibration_from(spec: Mapping[str, Any] | None, field_name: str = "expert_arena_calibration") -> ArenaCalibration | None:
@@ -47,10 +48,14 @@ def arena_calibration_from(spec: Mapping[str, Any] | None, field_name: str = "ex
         return None
     if not isinstance(spec, Mapping) or any(spec.get(key) is None for key in ("max_model_len", "runtime_overhead", "arena")):
         raise ShapeError(f"{field_name}: give the boot's max_model_len, runtime_overhead and arena (the `expert cache space` figure)")
+    util = spec.get("gpu_memory_utilization")
+    if util is not None and not (isinstance(util, (int, float)) and 0 < util < 1):
+        raise ShapeError(f"{field_name}.gpu_memory_utilization: the boot's utilization, above 0 and below 1.0")
     return ArenaCalibration(
         parse_int(spec["max_model_len"], f"{field_name}.max_model_len", 1, 1 << 24),
         parse_bytes(spec["runtime_overhead"], f"{field_name}.runtime_overhead"),
         parse_bytes(spec["arena"], f"{field_name}.arena"),
+        float(util) if util is not None else None,
     )
 
 
@@ -74,17 +79,22 @@ def plan_arena(
     reserve_per_token: int = REGISTRY_KV_RESERVE_PER_TOKEN,
     slot_bytes: int | None = None,
     calibration: ArenaCalibration | None = None,
+    capacity: int = 0,
+    utilization: float = 0.0,
 ) -> ArenaPlan:
     """arena = budget - non-expert - reserve_per_token x max_model_len - graphs - overhead.
 
-    With a calibration boot the law moves that boot's arena by the overhead and reserve deltas
-    only (the fork's other plan terms are the boot's); without one it is the formula above, which
+    With a calibration boot the law moves that boot's arena by the overhead, reserve and budget
+    (utilization x capacity) deltas only (the fork's other plan terms are the boot's); without one it is the formula above, which
     sits 0.20 GiB above the seeds' boots (an upper bound on the arena: a lower bound on free)."""
     reserve = reserve_per_token * max_model_len
     if calibration is not None:
-        arena = calibration.arena_bytes + (calibration.runtime_overhead - overhead) + reserve_per_token * (calibration.max_model_len - max_model_len)
+        budget_delta = 0 if calibration.gpu_memory_utilization is None else int(capacity * (utilization - calibration.gpu_memory_utilization))
+        arena = (
+            calibration.arena_bytes + budget_delta + (calibration.runtime_overhead - overhead) + reserve_per_token * (calibration.max_model_len - max_model_len)
+        )
         basis = "calibrated"
-        note = f"expert arena moved from a boot at max_model_len {calibration.max_model_len:,}: the reserve and overhead deltas only"
+        note = f"expert arena moved from a boot at max_model_len {calibration.max_model_len:,}: the reserve, overhead and budget deltas only"
     else:
         arena = budget - non_expert - reserve - graphs - overhead
         basis = "formula"

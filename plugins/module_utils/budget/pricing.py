@@ -313,6 +313,8 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: _Payload
                 reserve_per_token=shape.kv_reserve_per_token,
                 slot_bytes=shape.expert_slot_bytes,
                 calibration=expert_arena.arena_calibration_from(shape.expert_arena_calibration),
+                capacity=device.capacity,
+                utilization=shape.gpu_memory_utilization,
             )
         device_arena = plan.arena_bytes if plan is not None else (arena or 0)
         device_pool = pool if pool is not None else max(budget - weights - graphs - overhead - device_arena, 0)
