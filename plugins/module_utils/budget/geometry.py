@@ -40,7 +40,8 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
     Keys: n_layer, n_head_kv (int or per-layer list), head_dim (or head_dim_k/head_dim_v), head_dim_swa
     (or head_dim_k_swa/head_dim_v_swa: sliding-window layers' own dims),
     layer_kinds (list of full|swa|recurrent, optional), sliding_window, recurrent_state_bytes,
-    layer_bytes (per layer size or list), output_bytes, input_bytes, k_eq_v.
+    layer_bytes (per layer size or list), output_bytes, input_bytes, k_eq_v, nextn_layers (in-file MTP
+    layers, whose draft context adds to the saved prompt state).
     """
     if not isinstance(spec, Mapping):
         raise ShapeError(f"{field_name}: expected a mapping with n_layer, n_head_kv and head_dim")
@@ -94,6 +95,7 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
         layer_weight_bytes=layer_bytes,
         input_weight_bytes=size("input_bytes"),
         output_weight_bytes=size("output_bytes"),
+        nextn_layers=number("nextn_layers", 0, 0, 64) or 0,
     )
 
 

@@ -90,10 +90,15 @@ class ModelGeometry:
     layer_weight_bytes: dict[int, int] = field(default_factory=dict)
     input_weight_bytes: int = 0  # token embeddings: kept in host memory by llama.cpp
     output_weight_bytes: int = 0  # output norm + output head: on the last device
+    nextn_layers: int = 0  # in-file MTP (nextn) layers: their draft context adds to every saved prompt state
 
     @property
     def n_layer(self) -> int:
         return len(self.layers)
+
+    @property
+    def has_recurrent(self) -> bool:
+        return any(layer.kind == "recurrent" for layer in self.layers)
 
     @property
     def weight_bytes(self) -> int:
@@ -267,6 +272,18 @@ class LlamaCppKv:
             "bytes_per_token_full": self.bytes_per_token_full,
             "per_slot_window": self.per_slot_window,
         }
+
+
+def prompt_state_per_token(geometry: ModelGeometry, kv: LlamaCppKv, type_k: str, type_v: str) -> int:
+    """Bytes one token adds to a saved prompt state (--cache-ram): the full-attention layers' K and
+    V, plus each in-file MTP layer's draft context at a full layer's geometry (seeds/001: "68
+    KiB/token (16 full-attention layers x 4 kv heads x 256 dim x 2 B x 2 for K/V, plus the MTP draft
+    context's 4096 B)")."""
+    full = next((layer for layer in geometry.layers if layer.kind == "full"), None)
+    if full is None or not geometry.nextn_layers:
+        return kv.bytes_per_token_full
+    row = cache_type_bytes(type_k, full.head_dim_k, "type_k") + cache_type_bytes(type_v, full.head_dim_v, "type_v")
+    return kv.bytes_per_token_full + geometry.nextn_layers * full.n_head_kv * row
 
 
 def llamacpp_streams(ctx_size: int, parallel: int = 1, unified: bool = False) -> tuple[int, int]:

@@ -157,27 +157,44 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
             )
         )
 
-    per_slot_state = kv.total_bytes // shape.parallel if not shape.kv_unified else kv.total_bytes
-    verdicts.extend(_cache_ram_verdicts(shape, per_slot_state))
+    state_per_token = kv_law.prompt_state_per_token(geometry, kv, shape.type_k, shape.cache_type_v)
+    per_slot_state = kv.total_bytes // kv.n_streams + (state_per_token - kv.bytes_per_token_full) * kv.cells_per_stream
+    verdicts.extend(_cache_ram_verdicts(shape, per_slot_state, geometry.has_recurrent))
     client, client_verdicts = _client(shape)
     verdicts.extend(client_verdicts)
     key = calibration.geometry_key(shape, geometry)
-    kv_facts = {**kv.as_dict(), "per_slot_state_bytes": per_slot_state, "drafter_kv_bytes": draft_kv_bytes, **_llamacpp_basis(kv, boots, key, shape, notes)}
+    kv_facts = {
+        **kv.as_dict(),
+        "per_slot_state_bytes": per_slot_state,
+        "drafter_kv_bytes": draft_kv_bytes,
+        **_llamacpp_basis(kv, boots, key, shape, notes),
+    }
+    if shape.cache_ram is not None:
+        kv_facts["prompt_state_per_token"] = state_per_token
+        kv_facts["cache_ram_tokens_held"] = shape.cache_ram // state_per_token if state_per_token else None
     return BudgetResult("llamacpp", devices, kv_facts, client, verdicts, host_terms, notes, key, calibration.geometry_spec(geometry))
 
 
-def _cache_ram_verdicts(shape: LlamaCppShape, per_slot_state: int) -> list[Verdict]:
+def _cache_ram_verdicts(shape: LlamaCppShape, per_slot_state: int, recurrent: bool) -> list[Verdict]:
     """--cache-ram caps the prompt states saved in host RAM, and a state larger than the cap is
-    refused outright, so the cap must hold one full slot's state (and stay under half the host)."""
+    refused outright. On a recurrent hybrid (DeltaNet) a refused state means a full re-prefill, so
+    there the cap must hold one full slot's state (seeds/001: "the cap must clear one full slot's
+    state"); elsewhere it is a deliberate size (seeds/001: "Gemma4 is not a DeltaNet model, so the"
+    ">12.8 GiB CACHE_RAM floor does not apply"). Always: under half the host."""
     if shape.cache_ram is None:
         return []
     cache_ram = shape.cache_ram
-    holds = cache_ram >= per_slot_state
+    holds = cache_ram >= per_slot_state or not recurrent
     verdicts = [
         Verdict(
             "cache_ram_holds_slot",
             holds,
-            f"--cache-ram {cache_ram / MIB:,.0f} MiB " + ("holds" if holds else "cannot hold") + f" one full slot's state ({per_slot_state / MIB:,.1f} MiB)",
+            f"--cache-ram {cache_ram / MIB:,.0f} MiB "
+            + (
+                f"is a chosen size: the full-slot rule is for recurrent hybrids (one slot's state {per_slot_state / MIB:,.1f} MiB)"
+                if not recurrent
+                else ("holds" if holds else "cannot hold") + f" one full slot's state ({per_slot_state / MIB:,.1f} MiB)"
+            ),
             "host",
             "cache_ram",
             None if holds else round((per_slot_state - cache_ram) / MIB, 1),
