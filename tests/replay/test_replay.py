@@ -40,6 +40,8 @@ BUDGET_RULES = {
     "slot_ceiling": {"slot_ceiling"},
     "cache_ram": {"cache_ram_holds_slot", "cache_ram_half_host"},
 }
+# llama.cpp's own KV figures (the `llama_kv_cache` / KV buffer lines) and the law's names for them.
+LLAMACPP_KV_FIGURES = {"kv_buffer": "total_bytes", "kv_k": "k_bytes", "kv_v": "v_bytes", "kv_bytes_per_token": "bytes_per_token_full", "kv_cells": "n_ctx"}
 # Rules a pre-deploy gate can know, but from the engine command line's known-bad shapes
 # (host/engine_argv.py), not from memory arithmetic.
 ARGV_RULES = {"compile_seqs2", "spec_chain", "draft_depth"}
@@ -146,7 +148,12 @@ def predicted_figures(case: dict, result) -> list[tuple[str, float, float, float
         what, value = figure["what"], figure["value"]
         if figure.get("known_miss"):
             continue  # listed by test_known_misses_are_few_and_explained
-        if what == "kv_tokens" and kv_claimed:
+        if what in LLAMACPP_KV_FIGURES and result.runtime == "llamacpp":
+            measured = parse_size(value) if isinstance(value, str) else float(value)
+            out.append((what, result.kv[LLAMACPP_KV_FIGURES[what]], measured, TOLERANCE * measured))
+        elif what == "kv_bytes_per_token" and kv_claimed:
+            out.append((what, result.kv["bytes_per_token"], float(value), TOLERANCE * float(value)))
+        elif what == "kv_tokens" and kv_claimed:
             out.append((what, result.kv["tokens"], float(value), TOLERANCE * float(value)))
         elif what == "concurrency" and kv_claimed:
             out.append((what, result.kv["concurrency"], float(value), TOLERANCE * float(value)))
