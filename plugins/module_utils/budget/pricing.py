@@ -313,8 +313,7 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: _Payload
     if graphs is None:
         graphs = GRAPH_BASE_BYTES + GRAPH_PER_CAPTURE_BYTES * shape.graph_captures if shape.graph_captures else 0
     non_torch, arena = shape.non_torch_memory, shape.expert_arena
-    base_overhead = shape.precise_runtime_overhead if shape.expert_precise_memory and shape.precise_runtime_overhead is not None else shape.runtime_overhead
-    overhead = expert_arena.planner_overhead(base_overhead, shape.max_num_batched_tokens)
+    overhead = expert_arena.shape_overhead(shape)
     notes: list[str] = []
     arena_facts: dict[str, Any] = {}
     for device in devices:
