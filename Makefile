@@ -36,7 +36,7 @@ lint: setup ## yamllint, ansible-lint (production profile), ruff
 	ansible-lint --profile production
 
 unit: setup ## pytest: unit tests (no lab needed)
-	pytest tests/unit tests/hostile
+	pytest tests/unit tests/hostile tests/replay
 
 integration: setup lab-up ## pytest: tests against the real lab engine
 	pytest tests/integration

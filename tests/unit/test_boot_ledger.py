@@ -71,3 +71,22 @@ def test_vllm_0_32_prints_tokens_and_concurrency_on_one_line():
     )
     ledger = parse_boot_log(line)
     assert (ledger.engine, ledger.kv_device, ledger.kv_tokens, ledger.concurrency_len, ledger.concurrency) == ("vllm", "CPU", 8192, 4096, 2.0)
+
+
+def test_expert_plan_lines_give_the_arena_and_its_slots():
+    # seeds/004, the c769ff2 boot: "expert cache space 14.87 GiB / 6,496 slots of 2.344 MiB"
+    ledger = parse_boot_log("GPU KV cache size: 398,658 tokens,\nexpert cache space 14.87 GiB / 6,496 slots of 2.344 MiB\n")
+    assert ledger.arena_bytes == round(14.87 * GIB)
+    assert ledger.arena_slots == 6_496
+    assert ledger.arena_slot_bytes == round(2.344 * MIB)
+    assert ledger.as_dict()["arena_slots"] == 6_496
+
+
+def test_precise_memory_plan_line_gives_overhead_arena_and_swap_region():
+    # seeds/004: "5.25 GiB, expert cache space 17.22 GiB / 7522 slots, swap region 13.7 GiB /" / "5986 slots"
+    line = "runtime overhead 5.25 GiB, expert cache space 17.22 GiB / 7522 slots, swap region 13.7 GiB / 5986 slots, GPU KV cache 398,658 tokens"
+    ledger = parse_boot_log(line)
+    assert ledger.runtime_overhead_bytes == round(5.25 * GIB)
+    assert (ledger.arena_bytes, ledger.arena_slots, ledger.arena_slot_bytes) == (round(17.22 * GIB), 7_522, None)
+    assert (ledger.swap_region_bytes, ledger.swap_region_slots) == (round(13.7 * GIB), 5_986)
+    assert ledger.expert_bytes == []  # the plan line is not mistaken for a bare expert buffer line

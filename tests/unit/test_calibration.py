@@ -141,3 +141,22 @@ def test_budget_result_carries_key_and_geometry_for_the_store(runtime):
     result = price(llama_shape() if runtime == "llamacpp" else vllm_shape())
     assert result.geometry_key.startswith(f"{runtime}-")
     assert geometry_from_dict(result.model_geometry).n_layer == 2
+
+
+def test_vllm_comparison_carries_the_arena_a_boot_printed():
+    # seeds/004, the c769ff2 boot: "GPU KV cache size: 398,658 tokens," / "expert cache space 14.87 GiB / 6,496 slots of 2.344 MiB",
+    # predicted from the precise-memory boot "expert cache space 17.22 GiB / 7522 slots" (overhead 5.25 -> 7.60 GiB).
+    shape = vllm_shape(
+        max_model_len=200_704,
+        expert_offload=True,
+        runtime_overhead="7.60 GiB",
+        expert_slot_bytes="2.344 MiB",
+        gpu_memory_utilization=0.98,
+        expert_arena_calibration={"max_model_len": 200_704, "runtime_overhead": "5.25 GiB", "arena": "17.22 GiB", "gpu_memory_utilization": 0.98},
+    )
+    ledger = {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 20.9, "arena_bytes": round(14.87 * GIB), "arena_slots": 6_496}
+    row = calibration.compare_boot(stored(shape, ledger, pool=2 * GIB), [])
+    assert row["predicted"]["arena_gib"] == row["measured"]["arena_gib"] == 14.87
+    assert row["predicted"]["arena_slots"] == row["measured"]["arena_slots"] == 6_496
+    wrong = dict(ledger, arena_bytes=round(16 * GIB))
+    assert calibration.compare_boot(stored(shape, wrong, pool=2 * GIB), [])["agree"] is False

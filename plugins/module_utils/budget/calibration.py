@@ -20,11 +20,11 @@ import json
 import os
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import expert_arena, kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape, ShapeError, VllmShape, parse_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
+from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB
 
 # Shape keys that decide the cache's layout within one geometry (what a boot was measured at).
 LLAMACPP_LAYOUT_KEYS = ("ctx_size", "parallel", "kv_unified", "ubatch", "swa_full")
@@ -233,7 +233,40 @@ def _compare_vllm(
     kv = kv_law.vllm_kv(int(boot["pool_bytes"]), shape.max_model_len, shape.kv_cache_dtype, others, geometry, shape.tensor_parallel)
     predicted = {"kv_tokens": kv.tokens, "concurrency": round(kv.concurrency, 2)}
     measured = {"kv_tokens": int(ledger["kv_tokens"]), "concurrency": round(float(ledger.get("concurrency") or 0), 2)}
-    return {"predicted": predicted, "measured": measured, "agree": predicted == measured, "detail": f"{kv.basis}: {kv.note}"}
+    agree = predicted == measured
+    detail = f"{kv.basis}: {kv.note}"
+    arena = _predict_arena(shape, ledger)
+    if arena is not None:
+        # The arena law is a plan figure, right to ~0.3% (docs/vram_budget.md): it agrees within 1%.
+        predicted["arena_gib"], measured["arena_gib"] = round(arena.arena_bytes / GIB, 2), round(ledger["arena_bytes"] / GIB, 2)
+        if arena.slots is not None and ledger.get("arena_slots"):
+            predicted["arena_slots"], measured["arena_slots"] = arena.slots, int(ledger["arena_slots"])
+        agree = agree and abs(arena.arena_bytes - ledger["arena_bytes"]) <= ARENA_TOLERANCE * ledger["arena_bytes"]
+        detail += f"; {arena.note}"
+    return {"predicted": predicted, "measured": measured, "agree": agree, "detail": detail}
+
+
+ARENA_TOLERANCE = 0.01
+
+
+def _predict_arena(shape: VllmShape, ledger: dict[str, Any]) -> expert_arena.ArenaPlan | None:
+    """The arena law's figure for a boot that printed `expert cache space`, where the shape gives
+    a calibration boot at the same utilization (the stored boot records no card size)."""
+    calibration_boot = expert_arena.arena_calibration_from(shape.expert_arena_calibration)
+    if not ledger.get("arena_bytes") or calibration_boot is None:
+        return None
+    if calibration_boot.gpu_memory_utilization not in (None, shape.gpu_memory_utilization):
+        return None
+    return expert_arena.plan_arena(
+        budget=0,
+        non_expert=0,
+        graphs=0,
+        overhead=expert_arena.shape_overhead(shape),
+        max_model_len=shape.max_model_len,
+        reserve_per_token=shape.kv_reserve_per_token,
+        slot_bytes=shape.expert_slot_bytes,
+        calibration=calibration_boot,
+    )
 
 
 def render_comparison(rows: list[dict[str, Any]]) -> str:

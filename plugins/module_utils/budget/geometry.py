@@ -37,9 +37,11 @@ def load_geometry(explicit: Mapping[str, Any] | None, path: str | None, loader: 
 def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") -> kv_law.ModelGeometry:
     """Explicit geometry, for shapes whose payload is not on the controller.
 
-    Keys: n_layer, n_head_kv (int or per-layer list), head_dim (or head_dim_k/head_dim_v),
+    Keys: n_layer, n_head_kv (int or per-layer list), head_dim (or head_dim_k/head_dim_v), head_dim_swa
+    (or head_dim_k_swa/head_dim_v_swa: sliding-window layers' own dims),
     layer_kinds (list of full|swa|recurrent, optional), sliding_window, recurrent_state_bytes,
-    layer_bytes (per layer size or list), output_bytes, input_bytes, k_eq_v.
+    layer_bytes (per layer size or list), output_bytes, input_bytes, k_eq_v, nextn_layers (in-file MTP
+    layers, whose draft context adds to the saved prompt state).
     """
     if not isinstance(spec, Mapping):
         raise ShapeError(f"{field_name}: expected a mapping with n_layer, n_head_kv and head_dim")
@@ -65,13 +67,18 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
     dim_v = number("head_dim_v", spec.get("head_dim"), 1, 65536)
     if dim_k is None or dim_v is None:
         raise ShapeError(f"{field_name}.head_dim: required")
+    # Sliding-window layers may carry their own head dims (Gemma-4: 512 full, 256 SWA).
+    dim_k_swa = number("head_dim_k_swa", spec.get("head_dim_swa", dim_k), 1, 65536) or dim_k
+    dim_v_swa = number("head_dim_v_swa", spec.get("head_dim_swa", dim_v), 1, 65536) or dim_v
     kinds = spec.get("layer_kinds") or ["full"] * n_layer
     if not isinstance(kinds, list) or len(kinds) != n_layer or any(k not in ("full", "swa", "recurrent") for k in kinds):
         raise ShapeError(f"{field_name}.layer_kinds: give {n_layer} values, each full, swa or recurrent")
     state = size("recurrent_state_bytes")
     k_eq_v = bool(spec.get("k_eq_v", False))
     layers = [
-        kv_law.LayerKV("recurrent", recurrent_state_bytes=state) if kind == "recurrent" else kv_law.LayerKV(kind, heads_list[il], dim_k, dim_v, k_eq_v)
+        kv_law.LayerKV("recurrent", recurrent_state_bytes=state)
+        if kind == "recurrent"
+        else kv_law.LayerKV(kind, heads_list[il], dim_k_swa if kind == "swa" else dim_k, dim_v_swa if kind == "swa" else dim_v, k_eq_v)
         for il, kind in enumerate(kinds)
     ]
     layer_bytes_spec = spec.get("layer_bytes", 0)
@@ -88,6 +95,7 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
         layer_weight_bytes=layer_bytes,
         input_weight_bytes=size("input_bytes"),
         output_weight_bytes=size("output_bytes"),
+        nextn_layers=number("nextn_layers", 0, 0, 64) or 0,
     )
 
 

@@ -54,7 +54,8 @@ VLLM_KV_DTYPES: dict[str, int] = {
 # Architectures whose every layer is recurrent (fixed state per sequence, no KV cells).
 RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
 # Architectures whose sliding-window layer pattern llama.cpp hard-codes (every Nth layer is full).
-SWA_PATTERN_BY_ARCH = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "llama4": 4}
+# gemma4: 5 full of 30 layers (seeds/004: "5 full layers at n_head_kv 2) + 306.25 MiB (25 SWA rings").
+SWA_PATTERN_BY_ARCH = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "gemma4": 6, "cohere2": 4, "llama4": 4}
 
 
 class KvLawError(ValueError):
@@ -89,10 +90,15 @@ class ModelGeometry:
     layer_weight_bytes: dict[int, int] = field(default_factory=dict)
     input_weight_bytes: int = 0  # token embeddings: kept in host memory by llama.cpp
     output_weight_bytes: int = 0  # output norm + output head: on the last device
+    nextn_layers: int = 0  # in-file MTP (nextn) layers: their draft context adds to every saved prompt state
 
     @property
     def n_layer(self) -> int:
         return len(self.layers)
+
+    @property
+    def has_recurrent(self) -> bool:
+        return any(layer.kind == "recurrent" for layer in self.layers)
 
     @property
     def weight_bytes(self) -> int:
@@ -149,6 +155,10 @@ def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None =
     default_head_dim = n_embd // max_heads if max_heads else 0
     head_dim_k = int(header.arch_key("attention.key_length") or default_head_dim)
     head_dim_v = int(header.arch_key("attention.value_length") or default_head_dim)
+    # Gemma-4 style headers give sliding-window layers their own head dims (key_length 512,
+    # key_length_swa 256): each layer is billed at its own.
+    head_dim_k_swa = int(header.arch_key("attention.key_length_swa") or head_dim_k)
+    head_dim_v_swa = int(header.arch_key("attention.value_length_swa") or head_dim_v)
     k_eq_v = bool(header.arch_key("attention.k_eq_v") or header.arch_key("attention_k_eq_v"))
     swa = _swa_flags(header, n_layer)
     interval = header.arch_key("full_attention_interval")
@@ -164,8 +174,10 @@ def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None =
             recurrent = has_ssm and n_head_kv[il] == 0
         if recurrent:
             layers.append(LayerKV("recurrent", recurrent_state_bytes=state))
+        elif swa[il]:
+            layers.append(LayerKV("swa", n_head_kv[il], head_dim_k_swa, head_dim_v_swa, k_eq_v))
         else:
-            layers.append(LayerKV("swa" if swa[il] else "full", n_head_kv[il], head_dim_k, head_dim_v, k_eq_v))
+            layers.append(LayerKV("full", n_head_kv[il], head_dim_k, head_dim_v, k_eq_v))
     non_layer = header.non_layer_bytes()
     input_bytes = sum(size for name, size in non_layer.items() if name.startswith("token_embd"))
     output_bytes = sum(non_layer.values()) - input_bytes
@@ -260,6 +272,18 @@ class LlamaCppKv:
             "bytes_per_token_full": self.bytes_per_token_full,
             "per_slot_window": self.per_slot_window,
         }
+
+
+def prompt_state_per_token(geometry: ModelGeometry, kv: LlamaCppKv, type_k: str, type_v: str) -> int:
+    """Bytes one token adds to a saved prompt state (--cache-ram): the full-attention layers' K and
+    V, plus each in-file MTP layer's draft context at a full layer's geometry (seeds/001: "68
+    KiB/token (16 full-attention layers x 4 kv heads x 256 dim x 2 B x 2 for K/V, plus the MTP draft
+    context's 4096 B)")."""
+    full = next((layer for layer in geometry.layers if layer.kind == "full"), None)
+    if full is None or not geometry.nextn_layers:
+        return kv.bytes_per_token_full
+    row = cache_type_bytes(type_k, full.head_dim_k, "type_k") + cache_type_bytes(type_v, full.head_dim_v, "type_v")
+    return kv.bytes_per_token_full + geometry.nextn_layers * full.n_head_kv * row
 
 
 def llamacpp_streams(ctx_size: int, parallel: int = 1, unified: bool = False) -> tuple[int, int]:

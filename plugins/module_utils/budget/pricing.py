@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, expert_arena, kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window, engine_ceiling
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import HOST, assign_layers, load_geometry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader, read_model
@@ -36,7 +36,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import
     parse_shape,
     resolve_path,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB, SizeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB, SizeError
 
 GRAPH_BASE_BYTES = 256 * MIB  # vLLM's own graph-memory estimate: 256 MiB + 52 MiB per captured graph
 GRAPH_PER_CAPTURE_BYTES = 52 * MIB
@@ -157,27 +157,44 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
             )
         )
 
-    per_slot_state = kv.total_bytes // shape.parallel if not shape.kv_unified else kv.total_bytes
-    verdicts.extend(_cache_ram_verdicts(shape, per_slot_state))
+    state_per_token = kv_law.prompt_state_per_token(geometry, kv, shape.type_k, shape.cache_type_v)
+    per_slot_state = kv.total_bytes // kv.n_streams + (state_per_token - kv.bytes_per_token_full) * kv.cells_per_stream
+    verdicts.extend(_cache_ram_verdicts(shape, per_slot_state, geometry.has_recurrent))
     client, client_verdicts = _client(shape)
     verdicts.extend(client_verdicts)
     key = calibration.geometry_key(shape, geometry)
-    kv_facts = {**kv.as_dict(), "per_slot_state_bytes": per_slot_state, "drafter_kv_bytes": draft_kv_bytes, **_llamacpp_basis(kv, boots, key, shape, notes)}
+    kv_facts = {
+        **kv.as_dict(),
+        "per_slot_state_bytes": per_slot_state,
+        "drafter_kv_bytes": draft_kv_bytes,
+        **_llamacpp_basis(kv, boots, key, shape, notes),
+    }
+    if shape.cache_ram is not None:
+        kv_facts["prompt_state_per_token"] = state_per_token
+        kv_facts["cache_ram_tokens_held"] = shape.cache_ram // state_per_token if state_per_token else None
     return BudgetResult("llamacpp", devices, kv_facts, client, verdicts, host_terms, notes, key, calibration.geometry_spec(geometry))
 
 
-def _cache_ram_verdicts(shape: LlamaCppShape, per_slot_state: int) -> list[Verdict]:
+def _cache_ram_verdicts(shape: LlamaCppShape, per_slot_state: int, recurrent: bool) -> list[Verdict]:
     """--cache-ram caps the prompt states saved in host RAM, and a state larger than the cap is
-    refused outright, so the cap must hold one full slot's state (and stay under half the host)."""
+    refused outright. On a recurrent hybrid (DeltaNet) a refused state means a full re-prefill, so
+    there the cap must hold one full slot's state (seeds/001: "the cap must clear one full slot's
+    state"); elsewhere it is a deliberate size (seeds/001: "Gemma4 is not a DeltaNet model, so the"
+    ">12.8 GiB CACHE_RAM floor does not apply"). Always: under half the host."""
     if shape.cache_ram is None:
         return []
     cache_ram = shape.cache_ram
-    holds = cache_ram >= per_slot_state
+    holds = cache_ram >= per_slot_state or not recurrent
     verdicts = [
         Verdict(
             "cache_ram_holds_slot",
             holds,
-            f"--cache-ram {cache_ram / MIB:,.0f} MiB " + ("holds" if holds else "cannot hold") + f" one full slot's state ({per_slot_state / MIB:,.1f} MiB)",
+            f"--cache-ram {cache_ram / MIB:,.0f} MiB "
+            + (
+                f"is a chosen size: the full-slot rule is for recurrent hybrids (one slot's state {per_slot_state / MIB:,.1f} MiB)"
+                if not recurrent
+                else ("holds" if holds else "cannot hold") + f" one full slot's state ({per_slot_state / MIB:,.1f} MiB)"
+            ),
             "host",
             "cache_ram",
             None if holds else round((per_slot_state - cache_ram) / MIB, 1),
@@ -295,20 +312,55 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: _Payload
     graphs = shape.graph_memory
     if graphs is None:
         graphs = GRAPH_BASE_BYTES + GRAPH_PER_CAPTURE_BYTES * shape.graph_captures if shape.graph_captures else 0
-    overhead, non_torch, arena = shape.runtime_overhead, shape.non_torch_memory, shape.expert_arena
+    non_torch, arena = shape.non_torch_memory, shape.expert_arena
+    overhead = expert_arena.shape_overhead(shape)
     notes: list[str] = []
+    arena_facts: dict[str, Any] = {}
     for device in devices:
         budget = int(device.capacity * shape.gpu_memory_utilization)
-        device_pool = pool if pool is not None else max(budget - weights - graphs - overhead - (arena or 0), 0)
+        plan = None
+        if shape.expert_offload and arena is None and overhead:
+            plan = expert_arena.plan_arena(
+                budget=budget,
+                non_expert=weights,
+                graphs=graphs,
+                overhead=overhead,
+                max_model_len=max_len,
+                reserve_per_token=shape.kv_reserve_per_token,
+                slot_bytes=shape.expert_slot_bytes,
+                calibration=expert_arena.arena_calibration_from(shape.expert_arena_calibration),
+                capacity=device.capacity,
+                utilization=shape.gpu_memory_utilization,
+            )
+        device_arena = plan.arena_bytes if plan is not None else (arena or 0)
+        device_pool = pool if pool is not None else max(budget - weights - graphs - overhead - device_arena, 0)
         device.add("weights", weights)
         device.add("kv_pool", device_pool, "--kv-cache-memory-bytes" if pool is not None else "what the utilization budget leaves")
         device.add("graphs", graphs)
-        device.add("runtime_overhead", overhead)
-        if shape.expert_offload or arena is not None:
-            # The arena takes what remains of the utilization budget unless it is declared; vLLM
-            # counts non-torch memory inside that budget.
-            remainder = max(budget - weights - device_pool - graphs - overhead - non_torch, 0)
-            device.add("expert_arena", arena if arena is not None else remainder, "declared" if arena is not None else "remainder of the budget")
+        if plan is not None:
+            # The planner's overhead is a reservation inside its plan, not memory the card holds
+            # (seeds/000: "weights 6.28 + pool 6.80 + graphs 0.55 + arena 16.65 + non-torch 1.45 = 31.73").
+            arena_note = f"max_model_len x {shape.kv_reserve_per_token} B reserve, overhead {overhead / GIB:.2f} GiB ({plan.basis})"
+            device.add("expert_arena", plan.arena_bytes, arena_note)
+            arena_facts = {
+                "arena_bytes": plan.arena_bytes,
+                "arena_gib": round(plan.arena_bytes / GIB, 2),
+                "arena_slots": plan.slots,
+                "planner_overhead_bytes": overhead,
+                "kv_reserve_bytes": plan.reserve,
+                "arena_basis": plan.basis,
+            }
+            if plan.note not in notes:
+                notes.append(plan.note)
+        else:
+            device.add("runtime_overhead", overhead)
+            if shape.expert_offload or arena is not None:
+                # No planner overhead to size the arena by: the arena takes what remains of the
+                # utilization budget (an upper bound); vLLM counts non-torch memory inside it.
+                remainder = max(budget - weights - device_pool - graphs - overhead - non_torch, 0)
+                device.add("expert_arena", arena if arena is not None else remainder, "declared" if arena is not None else "remainder of the budget")
+                if arena is None and "expert arena: no runtime_overhead, so the remainder of the budget (an upper bound)" not in notes:
+                    notes.append("expert arena: no runtime_overhead, so the remainder of the budget (an upper bound)")
         device.add("non_torch", non_torch)
     for index, extra in enumerate(shape.extra_terms):
         _add_extra(devices, extra, index)
@@ -322,32 +374,27 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: _Payload
         raise ShapeError(str(exc)) from None
     if kv.basis != "measured":
         notes.append(kv.note)
-    seqs = shape.max_num_seqs
-    pool_ok_low = kv.tokens >= max_len
-    pool_ok_high = kv.tokens <= seqs * max_len
+    # vLLM's pool law is one-sided: the pool must hold one max_model_len, and may hold more than
+    # max_num_seqs x max_model_len (seeds/000: 3 x 262,144 fp8 at 6.1e9 B served 792,069 tokens,
+    # 3.02x). The two-sided ctx <= pool <= slots x ctx law is another engine's (halogen).
+    pool_ok = kv.tokens >= max_len
+    short_mib = round((max_len - kv.tokens) * kv.bytes_per_token / MIB, 1)
     verdicts = [
         Verdict(
             "pool_law",
-            pool_ok_low and pool_ok_high,
+            pool_ok,
             f"pool {kv.tokens:,} tokens ({kv.basis}), concurrency {kv.concurrency:.2f}x: "
-            + (
-                f"must hold at least one max_model_len ({max_len:,}): short by {(max_len - kv.tokens) * kv.bytes_per_token / MIB:,.1f} MiB"
-                if not pool_ok_low
-                else f"more than max_num_seqs x max_model_len ({seqs * max_len:,}): "
-                f"{(kv.tokens - seqs * max_len) * kv.bytes_per_token / MIB:,.1f} MiB the engine can never use; shrink the pool or raise max_num_seqs"
-                if not pool_ok_high
-                else f"within [{max_len:,}, {seqs * max_len:,}]"
-            ),
-            None if pool_ok_low and pool_ok_high else devices[0].name,
-            None if pool_ok_low and pool_ok_high else "kv_pool",
-            None if pool_ok_low else round((max_len - kv.tokens) * kv.bytes_per_token / MIB, 1),
+            + (f"holds at least one max_model_len ({max_len:,})" if pool_ok else f"must hold one max_model_len ({max_len:,}): short by {short_mib:,.1f} MiB"),
+            None if pool_ok else devices[0].name,
+            None if pool_ok else "kv_pool",
+            None if pool_ok else short_mib,
         )
     ]
     verdicts.extend(_capacity_verdicts(devices, shape.free_floor, shape.max_device_gap))
     client, client_verdicts = _client(shape)
     verdicts.extend(client_verdicts)
     spec = calibration.geometry_spec(geometry) if geometry is not None else None
-    return BudgetResult("vllm", devices, kv.as_dict(), client, verdicts, [], notes, key, spec)
+    return BudgetResult("vllm", devices, {**kv.as_dict(), **arena_facts}, client, verdicts, [], notes, key, spec)
 
 
 def price_shape(

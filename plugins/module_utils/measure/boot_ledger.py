@@ -30,6 +30,11 @@ _VLLM_AVAILABLE = re.compile(r"Available KV cache memory:\s*" + _SIZE)
 _VLLM_MODEL = re.compile(r"Model loading took\s*" + _SIZE)
 _VLLM_GRAPHS = re.compile(r"Graph capturing finished in .*?took\s*" + _SIZE)
 _VLLM_EXPERT = re.compile(r"(?i)expert[^:=\n]*(?:cache|arena|buffer)[^:=\n]*[:=]\s*" + _SIZE)
+# The expert-offload fork's plan lines (seeds/004): "expert cache space 14.87 GiB / 6,496 slots of
+# 2.344 MiB", "swap region 13.7 GiB / 5986 slots", "runtime overhead 5.25 GiB".
+_VLLM_EXPERT_SPACE = re.compile(r"(?i)expert cache space\s*" + _SIZE + r"\s*/\s*" + _NUM + r"\s*slots(?:\s*of\s*" + _SIZE + r")?")
+_VLLM_SWAP_REGION = re.compile(r"(?i)swap region\s*" + _SIZE + r"\s*/\s*" + _NUM + r"\s*slots")
+_VLLM_OVERHEAD = re.compile(r"(?i)runtime overhead\s*[:=]?\s*" + _SIZE)
 
 _LCPP_KV = re.compile(
     r"llama_kv_cache(?:_unified)?:\s*size\s*=\s*" + _SIZE + r"\s*\(\s*(\d+)\s*cells,\s*(\d+)\s*layers,\s*(\d+)\s*/\s*(\d+)\s*seqs\s*\),"
@@ -72,13 +77,33 @@ class BootLedger:
     model_bytes: int | None = None
     graph_bytes: int | None = None
     expert_bytes: list[int] = field(default_factory=list)
+    arena_bytes: int | None = None
+    arena_slots: int | None = None
+    arena_slot_bytes: int | None = None
+    swap_region_bytes: int | None = None
+    swap_region_slots: int | None = None
+    runtime_overhead_bytes: int | None = None
     kv_caches: list[LlamaCppKvLine] = field(default_factory=list)
     buffers: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> device -> bytes
     breakdown: dict[str, dict[str, int]] = field(default_factory=dict)  # device -> column -> MiB
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": self.engine}
-        for key in ("kv_tokens", "kv_device", "concurrency", "concurrency_len", "kv_available_bytes", "model_bytes", "graph_bytes"):
+        for key in (
+            "kv_tokens",
+            "kv_device",
+            "concurrency",
+            "concurrency_len",
+            "kv_available_bytes",
+            "model_bytes",
+            "graph_bytes",
+            "arena_bytes",
+            "arena_slots",
+            "arena_slot_bytes",
+            "swap_region_bytes",
+            "swap_region_slots",
+            "runtime_overhead_bytes",
+        ):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -129,9 +154,28 @@ def _parse_vllm_line(line: str, ledger: BootLedger) -> None:
     if match:
         ledger.graph_bytes = parse_size(match.group(1), "Graph capturing")
         return
+    _parse_expert_plan(line, ledger)
     match = _VLLM_EXPERT.search(line)
     if match:
         ledger.expert_bytes.append(parse_size(match.group(1), "expert cache"))
+
+
+def _parse_expert_plan(line: str, ledger: BootLedger) -> None:
+    """The expert-offload planner's figures; one line may carry several (seeds/004 quotes them
+    comma-separated)."""
+    match = _VLLM_EXPERT_SPACE.search(line)
+    if match:
+        ledger.arena_bytes = parse_size(match.group(1), "expert cache space")
+        ledger.arena_slots = _int(match.group(2))
+        if match.group(3):
+            ledger.arena_slot_bytes = parse_size(match.group(3), "expert slot")
+    match = _VLLM_SWAP_REGION.search(line)
+    if match:
+        ledger.swap_region_bytes = parse_size(match.group(1), "swap region")
+        ledger.swap_region_slots = _int(match.group(2))
+    match = _VLLM_OVERHEAD.search(line)
+    if match:
+        ledger.runtime_overhead_bytes = parse_size(match.group(1), "runtime overhead")
 
 
 def _parse_llamacpp_line(line: str, ledger: BootLedger) -> None:

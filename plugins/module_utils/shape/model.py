@@ -350,7 +350,32 @@ class VllmShape(Shape):
     runtime_overhead: int = _key("size", "Budget - vLLM runtime overhead per rank.", VLLM, default=0, group="budget")
     non_torch_memory: int = _key("size", "Budget - non-torch memory per rank.", VLLM, default=0, group="budget")
     expert_arena: int | None = _key("size", "Budget - the expert arena per rank, declared.", VLLM, group="budget")
-    expert_offload: bool = _key("bool", "Budget - expert offload: the arena takes what the budget leaves.", VLLM, default=False, group="budget")
+    expert_offload: bool = _key(
+        "bool",
+        "Budget - expert offload: the planner sizes the arena from max_model_len, never from the pool.",
+        VLLM,
+        default=False,
+        group="budget",
+    )
+    expert_precise_memory: bool = _key("bool", "vLLM fork --expert-precise-memory: the planner charges precise_runtime_overhead.", VLLM, default=False)
+    precise_runtime_overhead: int | None = _key(
+        "size", "Budget - the fitted overhead per rank that --expert-precise-memory selects (5.25 GiB on gfx1201 TP2).", VLLM, group="budget"
+    )
+    kv_reserve_per_token: int = _key(
+        "int",
+        "Budget - the expert planner's KV reserve per token of max_model_len, bytes (seeds/004: 9190).",
+        VLLM,
+        default=9190,
+        minimum=1,
+        maximum=1 << 24,
+        group="budget",
+    )
+    expert_slot_bytes: int | None = _key(
+        "size", "Budget - one expert slot's size (2.344 MiB for qwen3.8-flash-next FP8), for the slot count.", VLLM, group="budget"
+    )
+    expert_arena_calibration: Mapping[str, Any] | None = _key(
+        "mapping", "Budget - a boot's printed arena {max_model_len, runtime_overhead, arena}: the arena law moves it.", VLLM, group="budget"
+    )
 
     @property
     def slots(self) -> int:
