@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""No-op redeploy of frank-secondary on the lab: deploy-secondary.yml (every gate) vs a plain
+"""No-op redeploy of frank-secondary on the lab: deploy_secondary.yml (every gate) vs a plain
 playbook doing only the generic part with builtin and containers.podman modules.
 
 Also times a cold deploy (unit removed first) and a rollback (a shape that crashes at boot).
@@ -42,26 +42,26 @@ def best(fn, runs: int = 3) -> float:
 
 
 def main() -> int:
-    playbook("playbooks/deploy-secondary.yml")  # converge first
+    playbook("playbooks/deploy_secondary.yml")  # converge first
     unit_text = on_host("cat", "/etc/systemd/system/frank-secondary.service")
     plain_env = {"PLAIN_UNIT_TEXT": unit_text.rstrip("\n")}
     playbook("benchmarks/playbooks/plain-secondary.yml", env=plain_env)
-    ours = best(lambda: playbook("playbooks/deploy-secondary.yml"))
+    ours = best(lambda: playbook("playbooks/deploy_secondary.yml"))
     plain = best(lambda: playbook("benchmarks/playbooks/plain-secondary.yml", env=plain_env))
-    print(f"no-op redeploy: deploy-secondary.yml {ours:.1f} s (all gates) vs plain playbook {plain:.1f} s: {ours / plain:.2f}x (goal <= 1.0x)")
+    print(f"no-op redeploy: deploy_secondary.yml {ours:.1f} s (all gates) vs plain playbook {plain:.1f} s: {ours / plain:.2f}x (goal <= 1.0x)")
 
     on_host("systemctl", "disable", "--now", "frank-secondary.service")
     on_host("rm", "-f", "/etc/systemd/system/frank-secondary.service", "/var/lib/llm-fleet/frank-secondary/last-good.json")
-    cold = playbook("playbooks/deploy-secondary.yml")
+    cold = playbook("playbooks/deploy_secondary.yml")
     print(f"cold deploy (unit absent): {cold:.1f} s")
 
     shape = yaml.safe_load((ROOT / "inventories" / "lab" / "host_vars" / "frank-secondary.yml").read_text())["endpoint_shape"]
     with tempfile.NamedTemporaryFile("w", suffix=".yml") as bad:
         yaml.safe_dump({"endpoint_shape": {**shape, "extra_args": ["--no-such-flag"]}}, bad)
         bad.flush()
-        rollback = playbook("playbooks/deploy-secondary.yml", "--limit", "frank-secondary", "-e", f"@{bad.name}", check=False)
+        rollback = playbook("playbooks/deploy_secondary.yml", "--limit", "frank-secondary", "-e", f"@{bad.name}", check=False)
     print(f"failed deploy with automatic rollback (crash loop detected, last-known-good restored): {rollback:.1f} s")
-    playbook("playbooks/deploy-secondary.yml")
+    playbook("playbooks/deploy_secondary.yml")
     return 0
 
 

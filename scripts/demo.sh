@@ -6,9 +6,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 echo "== deploy frank-primary on the lab"
-ansible-playbook playbooks/deploy-primary.yml
+ansible-playbook playbooks/deploy_primary.yml
 echo "== deploy again: nothing may change"
-ansible-playbook playbooks/deploy-primary.yml | tee /tmp/llm-fleet-demo-rerun.log
+ansible-playbook playbooks/deploy_primary.yml | tee /tmp/llm-fleet-demo-rerun.log
 grep -E '^frank-primary +: .*changed=0 ' /tmp/llm-fleet-demo-rerun.log >/dev/null \
     || { echo "demo: the rerun changed something" >&2; exit 1; }
 echo "== rerun reported changed=0"

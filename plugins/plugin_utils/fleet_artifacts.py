@@ -156,7 +156,7 @@ def _shape_rows(shape: dict[str, Any]) -> list[str]:
 def runbook(facts: EndpointFacts, result: BudgetResult | None, why: str, alerts: list[str], inventory_name: str) -> str:
     """One endpoint's runbook page (Markdown)."""
     inv = f"inventories/{inventory_name}"
-    playbook = f"playbooks/deploy.yml --limit {facts.name}"
+    playbook = f"frank.llm_fleet.deploy --limit {facts.name}"
     entry = facts.client_entry
     lines = [
         f"# Runbook: {facts.name}",
@@ -171,9 +171,9 @@ def runbook(facts: EndpointFacts, result: BudgetResult | None, why: str, alerts:
         "```sh",
         f"ansible-playbook {playbook} -i {inv} --check --diff --tags budget   # price the shape, change nothing",
         f"ansible-playbook {playbook} -i {inv}                                # deploy (rolls back on a failed gate)",
-        f"ansible-playbook playbooks/probe.yml -i {inv} --limit {facts.host}      # smoke probe",
-        f"ansible-playbook playbooks/bench.yml -i {inv} --limit {facts.host}      # bench and capacity probe",
-        f"ansible-playbook playbooks/rollback.yml -i {inv} -e endpoint={facts.name}   # restore the last-known-good shape",
+        f"ansible-playbook frank.llm_fleet.probe -i {inv} --limit {facts.host}      # smoke probe",
+        f"ansible-playbook frank.llm_fleet.bench -i {inv} --limit {facts.host}      # bench and capacity probe",
+        f"ansible-playbook frank.llm_fleet.rollback -i {inv} -e endpoint={facts.name}   # restore the last-known-good shape",
         "```",
         "",
         "## Deployed shape (from the inventory)",

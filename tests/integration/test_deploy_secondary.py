@@ -1,4 +1,4 @@
-"""deploy-secondary.yml (deploy.yml for the endpoint host frank-secondary) end to end on the lab
+"""deploy_secondary.yml (deploy.yml for the endpoint host frank-secondary) end to end on the lab
 host (llama-server in podman under the root unit): gates, idempotence, refusals, rollback, the
 calibration loop, the bench playbook, unit metrics."""
 
@@ -22,7 +22,7 @@ LAB_SHAPE = lab_shape("frank-secondary")
 
 def deploy(tmp_path, *extra, shape=None):
     extra_vars = {"endpoint_shape": shape} if shape is not None else None
-    return playbook(tmp_path, "deploy-secondary.yml", *extra, extra_vars=extra_vars, limit="frank-secondary")
+    return playbook(tmp_path, "deploy_secondary.yml", *extra, extra_vars=extra_vars, limit="frank-secondary")
 
 
 def main_pid():

@@ -71,7 +71,7 @@ def test_a_fourth_endpoint_is_an_inventory_edit_only(tmp_path, extra_inventory):
     status = roles_and_playbooks_status()
     assert status == "", f"roles/ or playbooks/ differ from the commit, so this would prove nothing:\n{status}"
     if unit_property(SECONDARY, "ActiveState") != "active":
-        rc, _stats, out = playbook(tmp_path, "deploy-secondary.yml")
+        rc, _stats, out = playbook(tmp_path, "deploy_secondary.yml")
         assert rc == 0, failures(out)
     secondary_pid = unit_property(SECONDARY, "MainPID")
     secondary_unit = on_host("cat", f"/etc/systemd/system/{SECONDARY}")

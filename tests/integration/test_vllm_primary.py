@@ -36,7 +36,7 @@ def deploy(tmp_path, store, *extra, shape=None):
     extra_vars = {"llm_fleet_calibration_dir": str(store)}
     if shape is not None:
         extra_vars["endpoint_shape"] = shape
-    return playbook(tmp_path, "deploy-primary.yml", *extra, extra_vars=extra_vars, limit="frank-primary")
+    return playbook(tmp_path, "deploy_primary.yml", *extra, extra_vars=extra_vars, limit="frank-primary")
 
 
 def engine_kv_line() -> tuple[int, float]:

@@ -23,7 +23,7 @@ def ansible(tool, *argv):
 
 def budget_check(inventory):
     """What an operator runs against production from here: the budget gate alone, priced on the controller."""
-    return ansible("ansible-playbook", "playbooks/deploy-primary.yml", "-i", str(inventory), "--check", "--tags", "budget")
+    return ansible("ansible-playbook", "playbooks/deploy_primary.yml", "-i", str(inventory), "--check", "--tags", "budget")
 
 
 @pytest.fixture

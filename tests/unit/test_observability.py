@@ -230,7 +230,7 @@ def test_docs_are_current_and_the_index_links_every_page():
 @pytest.mark.parametrize("endpoint", ["frank-primary", "frank-secondary", "frank-large"])
 def test_each_production_runbook_renders_with_its_picture(endpoint):
     page = (ROOT / "docs" / "fleet" / "runbooks" / f"{endpoint}.md").read_text()
-    assert f"# Runbook: {endpoint}" in page and f"rollback.yml -i inventories/production -e endpoint={endpoint}" in page
+    assert f"# Runbook: {endpoint}" in page and f"ansible-playbook frank.llm_fleet.rollback -i inventories/production -e endpoint={endpoint}" in page
     picture = re.search(r"!\[[^\]]*\]\(([^)]+\.png)\)", page).group(1)
     with Image.open(ROOT / "docs" / "fleet" / "runbooks" / picture) as image:
         image.load()

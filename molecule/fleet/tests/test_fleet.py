@@ -1,4 +1,4 @@
-"""After deploy-fleet.yml: each host serves its endpoint, under its own unit."""
+"""After deploy_fleet.yml: each host serves its endpoint, under its own unit."""
 
 import json
 

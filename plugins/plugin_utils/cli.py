@@ -1,0 +1,488 @@
+"""Operator CLI for frank.llm_fleet: the same core the modules use, from a shell.
+
+From a checkout: bin/llm-fleet. From an installed collection (ansible-galaxy collection install):
+  PYTHONPATH=~/.ansible/collections python3 -m ansible_collections.frank.llm_fleet.plugins.plugin_utils.cli ...
+
+  llm-fleet budget --shape shape.yml [--set ctx_size=262144] [--svg ledger.svg] [--png ledger.png] [--json]
+  llm-fleet budget --endpoint frank-secondary -i inventories/production   an inventory endpoint's shape and devices
+  llm-fleet gguf MODEL.gguf            header facts, read without touching tensor data
+  llm-fleet payload manifest --repo OWNER/NAME [--revision main] [--file PATH ...] -o manifest.yml
+  llm-fleet payload verify --manifest manifest.yml --dest DIR [--hash]
+  llm-fleet payload fetch --manifest manifest.yml --dest DIR [--workers 2] [--refetch]
+  llm-fleet bench --arm NAME=URL[,model=ID][,thinking=on|off] ... [--burst 4] [-o DIR]
+  llm-fleet bench render RESULT.json     table and plot from a stored result (the playbook's)
+  llm-fleet probe --url URL [--model ID] [--parallel 4] [--depth 1024 --depth 8192]
+  llm-fleet calibration [--dir DIR] [--endpoint NAME]   predicted vs measured for every stored boot
+  llm-fleet generate -i inventories/production -o DIR [--check] [--diff] [--models-dir DIR]
+                                         rules, dashboards, models.yml fragments, runbooks
+
+An endpoint's API key, when it needs one, is read from LLM_FLEET_API_KEY only.
+The Hub is HF_ENDPOINT (default the public Hub); a token is read from HF_TOKEN only, never from
+the command line, and is sent to the Hub only.
+
+Exit status: 0 the shape fits / the payload is complete / every job answered / every stored boot
+agrees, 1 it does not / is not / a job came back empty / a boot differs, 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import compare_boot, load_boots, render_comparison
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError, read_model
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, render_bench_table, run_bench
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import ProbeError, run_capacity_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import BarProgress
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import GENERATED, EndpointFacts, exported_series, generate
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.ledger_svg import render_svg
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.plots import render_bench_png, render_ledger_png
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.tree_writer import write_tree
+
+# The collection root: the checkout, or the installed ansible_collections/frank/llm_fleet, whose
+# observability/exported series and inventories the commands read.
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def inventory_path(inventory: str) -> str:
+    """An inventory as the operator named it: absolute, or relative to the current directory, or
+    (the checkout habit, `-i inventories/production` from any shell) relative to the collection."""
+    path = Path(inventory)
+    if path.is_absolute() or path.exists():
+        return str(path.resolve())
+    return str((ROOT / inventory).resolve())
+
+
+def _ansible_inventory_command() -> str:
+    # The ansible-inventory of the Ansible this Python runs (a venv's), else the one on PATH.
+    beside = Path(sys.executable).parent / "ansible-inventory"
+    return str(beside) if beside.exists() else shutil.which("ansible-inventory") or "ansible-inventory"
+
+
+def _ansible_inventory(inventory: str | None, *args: str) -> dict:
+    argv = [_ansible_inventory_command(), *args]
+    if inventory:
+        argv += ["-i", inventory_path(inventory)]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"llm-fleet: ansible-inventory {' '.join(args)} failed: {proc.stderr.strip()}")
+    return json.loads(proc.stdout)
+
+
+ENDPOINT_GROUP = "llm_endpoints"
+
+
+def _group_hosts(data: dict, group: str) -> list[str]:
+    """The hosts of a group in `ansible-inventory --list` output, its child groups' included, in order."""
+    entry = data.get(group, {})
+    hosts = list(entry.get("hosts", []))
+    for child in entry.get("children", []):
+        hosts += [host for host in _group_hosts(data, child) if host not in hosts]
+    return hosts
+
+
+def endpoint_hostvars(data: dict) -> dict[str, dict]:
+    """The inventory's endpoints: the hosts of group llm_endpoints that set endpoint_shape -> their variables."""
+    hostvars = data.get("_meta", {}).get("hostvars", {})
+    return {host: hostvars[host] for host in _group_hosts(data, ENDPOINT_GROUP) if "endpoint_shape" in hostvars.get(host, {})}
+
+
+def _inventory_endpoint(endpoint: str, inventory: str | None) -> dict:
+    endpoints = endpoint_hostvars(_ansible_inventory(inventory, "--list"))
+    if endpoint not in endpoints:
+        known = ", ".join(endpoints) or "none"
+        raise SystemExit(f"llm-fleet: {endpoint} is not an endpoint of the inventory (a host of group {ENDPOINT_GROUP} with endpoint_shape; it has: {known})")
+    return endpoints[endpoint]
+
+
+def cmd_budget(args: argparse.Namespace) -> int:
+    if args.shape:
+        # The variables an endpoint's host_vars file holds: endpoint_shape and endpoint_devices.
+        hostvars = yaml.safe_load(Path(args.shape).read_text()) or {}
+        if not isinstance(hostvars, dict) or "endpoint_shape" not in hostvars:
+            raise SystemExit(f"llm-fleet: {args.shape}: write endpoint_shape and endpoint_devices, as an endpoint's host_vars file does")
+    elif args.host or args.var:
+        raise SystemExit("llm-fleet: --host and --var are gone: every endpoint is an inventory host; write --endpoint NAME (docs/migration.md)")
+    elif args.endpoint:
+        hostvars = _inventory_endpoint(args.endpoint, args.inventory)
+    else:
+        raise SystemExit("llm-fleet: give --shape FILE or --endpoint NAME")
+    shape = dict(hostvars["endpoint_shape"])
+    for assignment in args.set or []:
+        key, sep, value = assignment.partition("=")
+        if not sep:
+            raise SystemExit(f"llm-fleet: --set {assignment!r}: write KEY=VALUE")
+        shape[key] = yaml.safe_load(value)
+    try:
+        result = price_shape(shape, hostvars.get("endpoint_devices"), args.payload_dir)
+    except (ShapeError, GGUFError, OSError) as exc:
+        print(f"llm-fleet: shape is invalid: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(render_table(result))
+    if args.svg:
+        Path(args.svg).write_text(render_svg(result, args.title or ""))
+        print(f"ledger picture: {args.svg}", file=sys.stderr)
+    if args.png:
+        # The same picture the generated runbooks embed.
+        render_ledger_png(result.as_dict(), args.png, args.title or "")
+        print(f"ledger picture: {args.png}", file=sys.stderr)
+    return 0 if result.fits else 1
+
+
+def cmd_gguf(args: argparse.Namespace) -> int:
+    try:
+        header = read_model(args.path)
+        geometry = geometry_from_header(header)
+    except (GGUFError, OSError, ValueError) as exc:
+        print(f"llm-fleet: {exc}", file=sys.stderr)
+        return 2
+    facts = {
+        "architecture": header.architecture,
+        "version": header.version,
+        "tensors": len(header.tensors),
+        "tensor_bytes": header.tensor_bytes(),
+        "block_count": geometry.n_layer,
+        "layer_kinds": [layer.kind for layer in geometry.layers],
+        "n_head_kv": [layer.n_head_kv for layer in geometry.layers],
+        "head_dim_k": geometry.layers[0].head_dim_k if geometry.layers else 0,
+        "head_dim_v": geometry.layers[0].head_dim_v if geometry.layers else 0,
+        "sliding_window": geometry.sliding_window,
+        "context_length": geometry.n_ctx_train,
+        "expert_count": geometry.expert_count,
+        "expert_used_count": geometry.expert_used_count,
+        "split": {k: v for k, v in header.metadata.items() if k.startswith("split.")},
+    }
+    print(json.dumps(facts, indent=2))
+    return 0
+
+
+def _hub(args: argparse.Namespace) -> HubClient:
+    return HubClient(args.endpoint, os.environ.get("HF_TOKEN") or None)
+
+
+def cmd_payload(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "manifest":
+            manifest = build_manifest(_hub(args), args.repo, args.revision, args.file)
+            text = dump_manifest(manifest)
+            if args.output:
+                Path(args.output).write_text(text)
+                print(f"{args.output}: {len(manifest.files)} files, {manifest.total_bytes:,} bytes, commit {manifest.revision}", file=sys.stderr)
+            else:
+                print(text, end="")
+            return 0
+        manifest = load_manifest(args.manifest)
+        if args.action == "verify":
+            progress = BarProgress({f.path: f.size for f in manifest.files}) if args.hash else None
+            verdicts = verify_payload(manifest, args.dest, check_hash=args.hash, workers=args.workers, progress=progress)
+            for verdict in verdicts:
+                print(f"{'ok' if verdict.ok else verdict.status.upper():<14} {verdict.path}" + (f"  {verdict.detail}" if verdict.detail else ""))
+            bad = sum(not v.ok for v in verdicts)
+            print(f"{len(verdicts) - bad}/{len(verdicts)} files ok, {manifest.total_bytes:,} bytes" + (" (sha256)" if args.hash else " (size)"))
+            return 1 if bad else 0
+        progress = BarProgress({f.path: f.size for f in manifest.files})
+        results = fetch_payload(_hub(args), manifest, args.dest, workers=args.workers, refetch=args.refetch, progress=progress)
+        progress.finish()
+        for result in results:
+            print(f"{result.action:<10} {result.path}  {result.bytes_transferred:,} bytes" + (f"  {result.detail}" if result.detail else ""))
+        return 1 if any(r.action == "failed" for r in results) else 0
+    except (ManifestError, HubError, OSError) as exc:
+        print(f"llm-fleet: {exc}", file=sys.stderr)
+        return 2
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _parse_arm(text: str, api_key: str | None) -> Arm:
+    name, sep, rest = text.partition("=")
+    if not sep or not rest:
+        raise SystemExit(f"llm-fleet: --arm {text!r}: write NAME=URL[,model=ID][,thinking=on|off]")
+    url, *options = rest.split(",")
+    fields = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or key not in ("model", "thinking"):
+            raise SystemExit(f"llm-fleet: --arm {name}: unknown option {option!r} (model=ID, thinking=on|off)")
+        fields[key] = value
+    thinking = {"on": True, "off": False, None: None}.get(fields.get("thinking"), "bad")
+    if thinking == "bad":
+        raise SystemExit(f"llm-fleet: --arm {name}: thinking is on or off")
+    endpoint = Endpoint(url, api_key)
+    model = fields.get("model") or _served_model(endpoint)
+    return Arm(name, endpoint, model, thinking)  # type: ignore[arg-type]
+
+
+def _served_model(endpoint: Endpoint) -> str:
+    try:
+        models = request_json(endpoint, "GET", "/v1/models", timeout=30).get("data") or []
+    except ApiError as exc:
+        raise SystemExit(f"llm-fleet: {endpoint.url}: {exc}") from None
+    if not models:
+        raise SystemExit(f"llm-fleet: {endpoint.url} serves no model; give model=ID")
+    return str(models[0]["id"])
+
+
+def write_bench_outputs(report: dict, stem: Path, with_json: bool = True) -> list[Path]:
+    """RESULT.json (unless rendering a stored one), RESULT.txt (the table) and RESULT.png (the plot)."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".txt"), stem.with_suffix(".png")]
+    paths[0].write_text(render_bench_table(report) + "\n")
+    render_bench_png(report, str(paths[1]))
+    if with_json:
+        paths.insert(0, stem.with_suffix(".json"))
+        paths[0].write_text(json.dumps(report, indent=2) + "\n")
+    return paths
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.action == "render":
+        source = Path(args.result)
+        report = json.loads(source.read_text())
+        report = report.get("bench", report)  # the playbook stores {bench, probe}
+        paths = write_bench_outputs(report, source.with_suffix(""), with_json=False)
+    else:
+        if not args.arm:
+            raise SystemExit("llm-fleet: bench needs at least one --arm NAME=URL")
+        api_key = os.environ.get("LLM_FLEET_API_KEY") or None
+        try:
+            extra = json.loads(args.extra_body) if args.extra_body else {}
+        except ValueError as exc:
+            raise SystemExit(f"llm-fleet: --extra-body: not JSON: {exc}") from None
+        arms = [Arm(a.name, a.endpoint, a.model, a.thinking, extra) for a in (_parse_arm(text, api_key) for text in args.arm)]
+        if args.thinking == "both":
+            arms = [Arm(f"{a.name}/{label}", a.endpoint, a.model, flag, a.extra_body) for a in arms for label, flag in (("think", True), ("no-think", False))]
+        try:
+            report = run_bench(arms, max_tokens=args.max_tokens, burst=args.burst, timeout=args.timeout, progress=_progress).as_dict()
+        except ValueError as exc:
+            raise SystemExit(f"llm-fleet: {exc}") from None
+        stem = Path(args.output) / f"bench-{report['run_id']}"
+        paths = write_bench_outputs(report, stem)
+    print(render_bench_table(report))
+    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    for warning in report["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    # Rendering a stored result succeeds even when it holds warnings (they are in the table).
+    return 1 if report["warnings"] and args.action == "run" else 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    endpoint = Endpoint(args.url, os.environ.get("LLM_FLEET_API_KEY") or None)
+    model = args.model or _served_model(endpoint)
+    try:
+        report = run_capacity_probe(endpoint, model, args.parallel, args.depth, args.max_tokens, progress=_progress)
+    except (ProbeError, ApiError) as exc:
+        print(f"llm-fleet: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    boundary = report["boundary"]
+    print(f"refusal boundary: {boundary['window']:,} tokens per request (the engine: {boundary['message']})")
+    if "parallel" in report:
+        par = report["parallel"]
+        queued = "" if par["parallel"] else "  WARNING: requests queue"
+        print(f"parallel: {par['max_decoding_at_once']} of {par['requested']} streams decoded together{queued}")
+    for row in report.get("depths", []):
+        if "decode_tps" in row:
+            print(f"depth {row['depth']:>8,}: prompt {row['prompt_tokens']:,} tokens, ttft {row['ttft_s']}s, decode {row['decode_tps']} tok/s")
+        else:
+            print(f"depth {row['depth']:>8,}: {row.get('skipped') or row.get('error')}")
+    return 0 if report.get("parallel", {}).get("parallel", True) else 1
+
+
+def cmd_calibration(args: argparse.Namespace) -> int:
+    boots = load_boots(args.dir, args.endpoint)
+    rows = [compare_boot(boot, boots) for boot in boots]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(render_comparison(rows))
+    return 1 if any(row.get("agree") is False for row in rows) else 0
+
+
+GENERATED_DIRS = ("prometheus", "grafana", "client", "runbooks")
+
+
+def inventory_endpoints(inventory: str, calibration_dir: str | None) -> tuple[list[EndpointFacts], str]:
+    """The endpoints `ansible-inventory --list` places (hosts of group llm_endpoints with an
+    endpoint_shape; the endpoint is the host, its address the host's ansible_host) and the boot store."""
+    data = _ansible_inventory(inventory, "--list")
+    hostvars = data.get("_meta", {}).get("hostvars", {})
+    inventory_dir = inventory_path(inventory)
+    if calibration_dir is None:
+        # The inventory's own setting, with the one variable it may use resolved here.
+        configured = next((hv["llm_fleet_calibration_dir"] for hv in hostvars.values() if "llm_fleet_calibration_dir" in hv), None)
+        calibration_dir = configured.replace("{{ inventory_dir }}", inventory_dir) if configured else os.path.join(inventory_dir, "calibration")
+    boots = load_boots(calibration_dir)
+    endpoints = []
+    for name, hv in sorted(endpoint_hostvars(data).items()):
+        endpoints.append(
+            EndpointFacts(
+                name=name,
+                host=name,
+                address=str(hv.get("ansible_host", name)),
+                shape=hv["endpoint_shape"],
+                devices=hv.get("endpoint_devices") or [],
+                boots=[b for b in boots if b.get("endpoint") == name],
+            )
+        )
+    return endpoints, calibration_dir
+
+
+def _serialise(relative: str, value) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    header = f"---\n# {GENERATED}\n"
+    return (header + yaml.dump(value, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=1000)).encode()
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Lists indented under their key, as yamllint (and most people) expect."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    endpoints, calibration_dir = inventory_endpoints(args.inventory, args.calibration_dir)
+    if not endpoints:
+        print(f"llm-fleet: {args.inventory} places no endpoint (no host of group llm_endpoints with an endpoint_shape)", file=sys.stderr)
+        return 2
+    try:
+        artifacts = generate(endpoints, exported_series(str(ROOT / "observability" / "exported")), Path(args.inventory).name)
+    except (ValueError, KeyError) as exc:
+        print(f"llm-fleet: {exc}", file=sys.stderr)
+        return 2
+    for note in artifacts.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if artifacts.problems:
+        # Nothing is written when a rule or panel names a series the runtime does not export.
+        for problem in artifacts.problems:
+            print(f"SERIES CHECK FAILED: {problem}", file=sys.stderr)
+        return 1
+    files = {path: _serialise(path, value) for path, value in artifacts.files.items()}
+    with tempfile.TemporaryDirectory() as scratch:
+        for relative, (result, title) in artifacts.ledgers.items():
+            picture = os.path.join(scratch, "ledger.png")
+            render_ledger_png(result.as_dict() if result else None, picture, title)
+            files[relative] = Path(picture).read_bytes()
+    models = {p: v for p, v in files.items() if p.startswith("client/")}
+    if args.models_dir:
+        files = {p: v for p, v in files.items() if not p.startswith("client/")}
+    reports = [write_tree(args.output, files, GENERATED_DIRS if not args.models_dir else tuple(d for d in GENERATED_DIRS if d != "client"), args.check)]
+    if args.models_dir:
+        reports.append(write_tree(args.models_dir, {os.path.basename(p): v for p, v in models.items()}, (), args.check))
+    verb = "would change" if args.check else "changed"
+    for report in reports:
+        if args.diff:
+            for diff in report.diffs:
+                print(diff, end="" if diff.endswith("\n") else "\n")
+        for path in report.changed:
+            print(f"{verb}: {path}")
+        for path in report.removed:
+            print(f"{'would remove' if args.check else 'removed'}: {path}")
+    changed = sum(len(r.changed) + len(r.removed) for r in reports)
+    total = sum(len(r.changed) + len(r.unchanged) for r in reports)
+    print(f"{len(endpoints)} endpoint(s), {total} file(s), {changed} {verb}; boots from {calibration_dir}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llm-fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    budget = sub.add_parser("budget", help="price a shape on every device (vram_budget)")
+    budget.add_argument("--shape", help="a YAML file holding endpoint_shape and endpoint_devices, as an endpoint's host_vars file does")
+    budget.add_argument("--endpoint", help="read the shape and devices of this inventory endpoint (a host of group llm_endpoints)")
+    budget.add_argument("--host", help=argparse.SUPPRESS)  # removed: an endpoint is a host now (--endpoint)
+    budget.add_argument("--var", help=argparse.SUPPRESS)
+    budget.add_argument("-i", "--inventory", help="inventory (default: ansible.cfg's, the lab)")
+    budget.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a shape key (value parsed as YAML)")
+    budget.add_argument("--payload-dir", help="read the model, projector and drafter headers under this directory")
+    budget.add_argument("--json", action="store_true", help="print the full result as JSON")
+    budget.add_argument("--svg", metavar="FILE", help="write the ledger as a stacked-bar picture")
+    budget.add_argument("--png", metavar="FILE", help="write the ledger as a PNG picture (as the runbooks embed it)")
+    budget.add_argument("--title", help="title of the picture")
+    budget.set_defaults(func=cmd_budget)
+    gguf = sub.add_parser("gguf", help="print a GGUF model's header facts")
+    gguf.add_argument("path")
+    gguf.set_defaults(func=cmd_gguf)
+    payload = sub.add_parser("payload", help="Hub payloads: write a manifest, verify, fetch (hf_payload_gate)")
+    payload.add_argument("action", choices=["manifest", "verify", "fetch"])
+    payload.add_argument("--endpoint", help="the Hub's base URL (default: HF_ENDPOINT or the public Hub)")
+    payload.add_argument("--repo", help="manifest: the repository, owner/name")
+    payload.add_argument("--revision", default="main", help="manifest: branch, tag or commit (pinned to the commit)")
+    payload.add_argument("--file", action="append", help="manifest: a wanted path (repeat); default all files")
+    payload.add_argument("-o", "--output", help="manifest: write here instead of stdout")
+    payload.add_argument("--manifest", help="verify/fetch: the manifest file")
+    payload.add_argument("--dest", help="verify/fetch: the payload directory")
+    payload.add_argument("--hash", action="store_true", help="verify: compare sha256 too (reads all data)")
+    payload.add_argument("--workers", type=int, default=2, help="files hashed or fetched in parallel")
+    payload.add_argument("--refetch", action="store_true", help="fetch: set aside and refetch files that are present but wrong")
+    payload.set_defaults(func=cmd_payload)
+    bench = sub.add_parser("bench", help="conversation bench: TTFT and decode tok/s per prompt and arm")
+    bench.add_argument("action", nargs="?", choices=["run", "render"], default="run")
+    bench.add_argument("result", nargs="?", help="render: a stored result JSON")
+    bench.add_argument("--arm", action="append", metavar="NAME=URL[,model=ID][,thinking=on|off]", help="an endpoint to bench (repeat for an A/B)")
+    bench.add_argument("--thinking", choices=["both"], help="run every arm with thinking on and off")
+    bench.add_argument("--max-tokens", type=int, default=128)
+    bench.add_argument("--burst", type=int, default=0, help="also send every prompt N times at once")
+    bench.add_argument("--timeout", type=float, default=600.0)
+    bench.add_argument("--extra-body", metavar="JSON", help="further request fields for every job, e.g. '{\"ignore_eos\": true}'")
+    bench.add_argument("-o", "--output", default=".", help="directory for bench-RUN.json/.txt/.png")
+    bench.set_defaults(func=cmd_bench)
+    probe = sub.add_parser("probe", help="capacity probe: refusal boundary, parallel serving, decode at depth")
+    probe.add_argument("--url", required=True, help="the endpoint, http://HOST:PORT")
+    probe.add_argument("--model", help="default: the first model the endpoint serves")
+    probe.add_argument("--parallel", type=int, default=0, help="check that N requests decode together")
+    probe.add_argument("--depth", type=int, action="append", help="measure decode with this many tokens in context (repeat)")
+    probe.add_argument("--max-tokens", type=int, default=64)
+    probe.add_argument("--json", action="store_true")
+    probe.set_defaults(func=cmd_probe)
+    calib = sub.add_parser("calibration", help="predicted vs measured KV for every stored boot ledger")
+    calib.add_argument("--dir", default=str(ROOT / "inventories" / "production" / "calibration"), help="the calibration store")
+    calib.add_argument("--endpoint", help="only this endpoint's boots")
+    calib.add_argument("--json", action="store_true")
+    calib.set_defaults(func=cmd_calibration)
+    gen = sub.add_parser("generate", help="Prometheus rules, Grafana dashboards, models.yml fragments and runbooks from an inventory")
+    gen.add_argument("-i", "--inventory", required=True, help="the inventory that deploys (e.g. inventories/production)")
+    gen.add_argument("-o", "--output", required=True, help="directory to write (prometheus/, grafana/, client/, runbooks/, README.md)")
+    gen.add_argument("--models-dir", help="write the models.yml fragments here instead (where the harness reads them)")
+    gen.add_argument("--calibration-dir", help="the boot ledger store (default: the inventory's llm_fleet_calibration_dir or INVENTORY/calibration)")
+    gen.add_argument("--check", action="store_true", help="write nothing; report what would change")
+    gen.add_argument("--diff", action="store_true", help="show a unified diff of each text change")
+    gen.set_defaults(func=cmd_generate)
+    args = parser.parse_args(argv)
+    if args.command == "bench" and args.action == "render" and not args.result:
+        parser.error("bench render needs RESULT.json")
+    if args.command == "payload":
+        needed = {"manifest": ["repo"], "verify": ["manifest", "dest"], "fetch": ["manifest", "dest"]}[args.action]
+        missing = [f"--{name}" for name in needed if not getattr(args, name)]
+        if missing:
+            parser.error(f"payload {args.action} needs {' and '.join(missing)}")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
