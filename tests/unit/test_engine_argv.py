@@ -186,7 +186,6 @@ def test_vllm_template_kwargs_expert_offload_and_attention_backend():
         ({"spec_type": "draft-dflash", "draft_max": 7, "drafter_block_size": 7}, r"^draft_max: 7 exceeds drafter_block_size 7 - 1.*use at most 6"),
         # Seed 003: DFlash2 "at depth 7 (its block is 8, so 7 is the ceiling llama.cpp allows)".
         ({"spec_type": "draft-dflash", "draft_max": 8, "drafter_block_size": 8}, "^draft_max: 8 exceeds drafter_block_size 8 - 1.*use at most 7"),
-        ({"spec_type": "draft-dflash", "draft_max": 7}, "^drafter_block_size: required with spec_type draft-dflash"),
         ({"draft_max": 2}, "^draft_max: sets the draft depth.*add spec_type"),
         ({"spec_type": "mtp"}, "^spec_type: 'mtp' is not a speculative type; use draft-"),
     ],
@@ -234,6 +233,7 @@ def test_the_served_id_defaults_to_the_endpoint_name_and_paths_stay_in_the_paylo
         ({**PRIMARY, "spec_type": "draft-mtp"}, "spec_type: not a vllm key \\(it belongs to llamacpp\\)"),
         ({**SECONDARY, "expert_precise_memory": True}, "expert_precise_memory: not a llamacpp key \\(it belongs to vllm\\)"),
         ({**SECONDARY, "log_verbosity": -1}, "log_verbosity: must be at least 0"),
+        ({**PRIMARY, "expert_precise_memory": True}, "expert_precise_memory: sizes the expert offload arena; set expert_offload: true"),
     ],
 )
 def test_bad_shapes_name_the_field(shape, field):

@@ -126,3 +126,15 @@ def test_a_header_without_tensor_infos_is_refused_with_the_fix(tmp_path):
     shape = {"runtime": "llamacpp", "model_file": "m.gguf", "ctx_size": 4096, "override_tensor": {"exps": "CPU"}}
     with pytest.raises(ShapeError, match=r"^model_file: .*m\.gguf lists no tensors; give the first part of the split set"):
         price_shape(shape, [{"name": "gpu", "memory": "8 GiB"}], str(tmp_path), loader=metadata_only)
+
+
+def test_a_dflash_depth_without_the_block_size_is_flagged_not_refused(tmp_path):
+    # Seed 003: DFlash2 "at depth 7 (its block is 8, so 7 is the ceiling llama.cpp allows)" served;
+    # without the block size the gate cannot check the depth, and says so.
+    write_gguf(tmp_path / "m.gguf")
+    shape = {"runtime": "llamacpp", "model_file": "m.gguf", "ctx_size": 4096, "spec_type": "draft-dflash", "draft_max": 7}
+    result = price_shape(shape, [{"name": "gpu", "memory": "8 GiB"}], str(tmp_path))
+    assert result.fits
+    assert any(note.startswith("WARNING: draft_max 7 is unchecked against the drafter's block size") for note in result.notes)
+    checked = price_shape({**shape, "drafter_block_size": 8}, [{"name": "gpu", "memory": "8 GiB"}], str(tmp_path))
+    assert not any("unchecked" in note for note in checked.notes)

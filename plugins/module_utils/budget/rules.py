@@ -22,7 +22,7 @@ from typing import Any
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError, GGUFHeader
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import ModelGeometry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import DeviceLedger, Verdict
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape, ShapeError, VllmShape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape, ShapeError, VllmShape, spec_chain
 
 # (architecture prefix, attention kind or None for any) -> KV dtype prefixes the backend cannot run, and why.
 ILLEGAL_KV = (
@@ -46,6 +46,11 @@ def judge(
     verdicts = _kv_dtype_verdicts(shape, devices, model_path)
     verdicts += _known_bad_verdicts(shape)
     _trained_window_note(shape, geometry, notes)
+    if isinstance(shape, LlamaCppShape) and "draft-dflash" in spec_chain(shape.spec_type) and shape.draft_max and not shape.drafter_block_size:
+        notes.append(
+            f"WARNING: draft_max {shape.draft_max} is unchecked against the drafter's block size (llama.cpp asserts "
+            "n_max <= block_size - 1); give drafter_block_size (DFlash2 8, DSpark 7)"
+        )
     if isinstance(shape, LlamaCppShape) and shape.override_tensor and model_path:
         verdicts += _override_tensor_verdicts(shape, model_path, loader)
     return verdicts

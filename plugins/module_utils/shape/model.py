@@ -482,6 +482,8 @@ def parse_shape(raw: Any, name: str | None = None) -> Shape:
     if not values.get("served_id") and name:
         values["served_id"] = parse_text(name, "served_id")
     _check_speculation(values)
+    if values.get("expert_precise_memory") and not values.get("expert_offload"):
+        raise ShapeError("expert_precise_memory: sizes the expert offload arena; set expert_offload: true or remove it")
     _check_known_bad(values, taken)
     _check_reasoning_efforts(values)
     return cls(**values)
@@ -517,11 +519,6 @@ def _check_speculation(values: dict[str, Any]) -> None:
     if depth is not None and not drafters and not values.get("drafter"):
         raise ShapeError("draft_max: sets the draft depth of a model-backed drafter; add spec_type (e.g. draft-mtp) or remove draft_max")
     block = values.get("drafter_block_size")
-    if "draft-dflash" in drafters and depth is not None and block is None:
-        raise ShapeError(
-            "drafter_block_size: required with spec_type draft-dflash and draft_max (llama.cpp asserts n_max <= block_size - 1); "
-            "give the drafter's block size from its model card or header (DFlash2 8, DSpark 7)"
-        )
     if block is not None and depth is not None and depth > block - 1:
         raise ShapeError(f"draft_max: {depth} exceeds drafter_block_size {block} - 1; llama.cpp asserts n_max <= block_size - 1: use at most {block - 1}")
 
