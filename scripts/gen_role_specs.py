@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from generated import report, sync
@@ -78,7 +79,12 @@ def render_shape_options() -> list[str]:
         runtimes = "" if len(spec.runtimes) > 1 else f" ({next(iter(spec.runtimes))} only)"
         default = _default(spec)
         default_text = "" if default in ("", "required") else f" Default {default}."
-        lines.append(f"            description: {json.dumps(spec.help + runtimes + default_text)}")
+        text = spec.help + runtimes + default_text
+        if len(text) <= 110:
+            lines.append(f"            description: {json.dumps(text)}")
+        else:  # folded, so the spec file stays within the line length
+            lines.append("            description: >-")
+            lines += [f"              {part}" for part in textwrap.wrap(text, 110)]
     return lines
 
 

@@ -43,7 +43,8 @@ options:
   devices:
     description:
       - Devices to price on, C(name) and C(memory) each; one entry per GPU rank, or the host for a
-        CPU-only engine.
+        CPU-only engine. An optional C(arch) (C(sm_86), C(gfx1201), C(gfx1151)) lets the KV dtype
+        rules refuse a cache type the device cannot run.
     type: list
     elements: dict
     required: true

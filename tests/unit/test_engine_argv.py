@@ -39,6 +39,7 @@ SECONDARY = {
 LARGE = {
     "runtime": "llamacpp",
     "model_file": "Q2_K/model-00001-of-00003.gguf",
+    "spec_type": "draft-mtp",
     "drafter": "mtp.gguf",
     "draft_max": 2,
     "served_id": "frank-large",
@@ -88,8 +89,117 @@ def test_large_llamacpp_argv_points_at_the_first_split_part_and_the_drafter():
     argv = engine_argv(LARGE, "/srv/models/frank-large")
     assert argv[argv.index("--model") + 1].endswith("-00001-of-00003.gguf")
     assert argv[argv.index("--model-draft") + 1] == "/srv/models/frank-large/mtp.gguf"
-    assert argv[argv.index("--draft-max") + 1] == "2"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "2"
+    assert "--draft-max" not in argv  # not a flag of the b11030 builds the fleet ran
     assert argv[-1] == "--metrics"
+
+
+def test_large_renders_the_b11030_spec_flags_template_file_and_kwargs():
+    # Seed 001: "serve-frank-large.sh: unsloth binary, -m/-md, --spec-type draft-mtp
+    # --spec-draft-n-max 2, --jinja, preserve_thinking", and "Wiring in --chat-template-file
+    # drops the prompt to 62 tokens" (the built-in template had made it 73,600).
+    shape = {**LARGE, "chat_template_file": "chat_template.jinja", "chat_template_kwargs": {"preserve_thinking": True}, "cache_ram": "2048 MiB"}
+    assert engine_argv(shape, "/srv/models/frank-large") == [
+        "/usr/bin/llama-server",
+        "--model", "/srv/models/frank-large/Q2_K/model-00001-of-00003.gguf",
+        "--alias", "frank-large",
+        "--host", "0.0.0.0", "--port", "7770",
+        "--ctx-size", "200000",
+        "--parallel", "1",
+        "--cache-type-k", "f16", "--cache-type-v", "f16",
+        "--n-gpu-layers", "999",
+        "--ubatch-size", "512",
+        "--spec-type", "draft-mtp",
+        "--model-draft", "/srv/models/frank-large/mtp.gguf",
+        "--spec-draft-n-max", "2",
+        "--cache-ram", "2048",
+        "--jinja",
+        "--chat-template-file", "/srv/models/frank-large/chat_template.jinja",
+        "--chat-template-kwargs", '{"preserve_thinking":true}',
+        "--metrics",
+    ]  # fmt: skip
+
+
+def test_llamacpp_reasoning_format_flash_attn_verbosity_and_the_ngram_chain():
+    # Seed 001 (the b11030 Flash-Next cutover): "Spec chain draft-mtp,ngram-mod", "--reasoning-format
+    # deepseek"; seed 003: "FLASH_ATTN=on"; seed 004: "--log-verbosity 4 ... the engine's own
+    # llama_kv_cache lines give the exact accounting".
+    shape = {
+        **SECONDARY,
+        "projector": None,
+        "flash_attn": True,
+        "log_verbosity": 4,
+        "reasoning_format": "deepseek",
+        "spec_type": "draft-mtp,ngram-mod",
+        "draft_max": 2,
+    }
+    assert engine_argv(shape, "/srv/models/frank-secondary") == [
+        "/usr/bin/llama-server",
+        "--model", "/srv/models/frank-secondary/model.gguf",
+        "--alias", "frank-secondary",
+        "--host", "0.0.0.0", "--port", "7771",
+        "--ctx-size", "401408",
+        "--parallel", "2",
+        "--cache-type-k", "f16", "--cache-type-v", "f16",
+        "--flash-attn", "on",
+        "--n-gpu-layers", "999",
+        "--ubatch-size", "1024",
+        "--spec-type", "draft-mtp,ngram-mod",
+        "--spec-draft-n-max", "2",
+        "--jinja",
+        "--reasoning-format", "deepseek",
+        "--log-verbosity", "4",
+        "--metrics",
+    ]  # fmt: skip
+    off = engine_argv({**shape, "flash_attn": False}, "/m")
+    assert off[off.index("--flash-attn") + 1] == "off"
+
+
+def test_vllm_template_kwargs_expert_offload_and_attention_backend():
+    # Seed 000: "--default-chat-template-kwargs enables enable_thinking + preserve_thinking" and
+    # "--enable-expert-offload --expert-precise-memory" (the tcclaviger fork's flags); seed 001:
+    # "Pass --attention-backend TURBOQUANT as a CLI flag instead".
+    shape = {
+        **PRIMARY,
+        "chat_template_kwargs": {"preserve_thinking": True, "enable_thinking": True},
+        "expert_offload": True,
+        "expert_precise_memory": True,
+        "attention_backend": "TURBOQUANT",
+    }
+    assert engine_argv(shape, "/models")[-8:] == [
+        "--reasoning-parser", "qwen3",
+        "--default-chat-template-kwargs", '{"enable_thinking":true,"preserve_thinking":true}',
+        "--attention-backend", "TURBOQUANT",
+        "--enable-expert-offload",
+        "--expert-precise-memory",
+    ]  # fmt: skip
+    plain = engine_argv(PRIMARY, "/models")
+    assert not {"--enable-expert-offload", "--expert-precise-memory", "--attention-backend", "--default-chat-template-kwargs"} & set(plain)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # Seed 003: "'spec-type draft-mtp,draft-dflash' dies at load ... a chain has ONE draft context".
+        ({"spec_type": "draft-mtp,draft-dflash", "draft_max": 7}, "^spec_type: draft-mtp,draft-dflash chains 2 model-backed drafters.*ONE draft context"),
+        # Seed 003: "block_size 7, so the draft depth drops 7 -> 6 (llama.cpp asserts n_max <= block_size - 1)".
+        ({"spec_type": "draft-dflash", "draft_max": 7, "drafter_block_size": 7}, r"^draft_max: 7 exceeds drafter_block_size 7 - 1.*use at most 6"),
+        # Seed 003: DFlash2 "at depth 7 (its block is 8, so 7 is the ceiling llama.cpp allows)".
+        ({"spec_type": "draft-dflash", "draft_max": 8, "drafter_block_size": 8}, "^draft_max: 8 exceeds drafter_block_size 8 - 1.*use at most 7"),
+        ({"draft_max": 2}, "^draft_max: sets the draft depth.*add spec_type"),
+        ({"spec_type": "mtp"}, "^spec_type: 'mtp' is not a speculative type; use draft-"),
+    ],
+)
+def test_speculation_the_fleet_paid_for_is_refused_with_the_field_and_the_fix(changes, message):
+    with pytest.raises(ArgvError, match=message):
+        engine_argv({**SECONDARY, **changes}, "/models")
+
+
+def test_legal_speculation_passes_at_the_seed_depths():
+    for block, depth in ((7, 6), (8, 7)):  # DSpark, DFlash2
+        argv = engine_argv({**SECONDARY, "spec_type": "draft-dflash,ngram-mod", "drafter": "d.gguf", "draft_max": depth, "drafter_block_size": block}, "/m")
+        assert argv[argv.index("--spec-draft-n-max") + 1] == str(depth)
+        assert "--drafter-block-size" not in " ".join(argv)  # a header fact, not a flag
 
 
 def test_override_tensor_is_one_flag_with_specific_patterns_first():
@@ -119,6 +229,11 @@ def test_the_served_id_defaults_to_the_endpoint_name_and_paths_stay_in_the_paylo
         ({**SECONDARY, "ctx_size": "lots"}, "ctx_size"),
         ({**SECONDARY, "runtime": "tgi"}, "runtime"),
         ({**SECONDARY, "override_tensor": {"a,b": "CPU"}}, "override_tensor"),
+        # A key of the other runtime is named with the runtime that takes it.
+        ({**PRIMARY, "spec_type": "draft-mtp"}, "spec_type: not a vllm key \\(it belongs to llamacpp\\)"),
+        ({**SECONDARY, "expert_precise_memory": True}, "expert_precise_memory: not a llamacpp key \\(it belongs to vllm\\)"),
+        ({**SECONDARY, "log_verbosity": -1}, "log_verbosity: must be at least 0"),
+        ({**PRIMARY, "expert_precise_memory": True}, "expert_precise_memory: sizes the expert offload arena; set expert_offload: true"),
     ],
 )
 def test_bad_shapes_name_the_field(shape, field):

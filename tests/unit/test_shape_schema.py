@@ -13,6 +13,9 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {"llamacpp": {"runtime": "llamacpp", "ctx_size": 4096}, "vllm": {"runtime": "vllm", "max_model_len": 4096}}
 SAMPLE = {"int": 2, "size": "1 GiB", "float": 0.5, "bool": True, "str": "x", "args": ["--a"], "split": [1, 1], "overrides": {"exps": "CPU"}}
+# Keys whose value has a grammar of its own, and keys that only make sense beside another.
+KEY_SAMPLE = {"spec_type": "draft-mtp"}
+COMPANIONS = {"draft_max": {"spec_type": "draft-mtp"}, "expert_precise_memory": {"expert_offload": True}}
 
 
 def spec_keys() -> dict:
@@ -39,9 +42,10 @@ def test_specs_docs_and_parser_name_the_same_keys():
 @pytest.mark.parametrize("key", list(SHAPE_FIELDS))
 def test_the_parser_takes_every_declared_key_for_its_runtimes(key):
     spec = SHAPE_FIELDS[key]
-    value = spec.choices[-1] if spec.choices else SAMPLE.get(spec.kind, {"mapping": {"a": 1}, "list": [], "sizes": "1 MiB"}.get(spec.kind))
+    value = spec.choices[-1] if spec.choices else KEY_SAMPLE.get(key, SAMPLE.get(spec.kind, {"mapping": {"a": 1}, "list": [], "sizes": "1 MiB"}.get(spec.kind)))
     for runtime, minimal in MINIMAL.items():
-        raw = {**minimal, key: value} if key != "runtime" else minimal
+        companions = COMPANIONS.get(key, {}) if runtime in spec.runtimes else {}
+        raw = {**minimal, **companions, key: value} if key != "runtime" else minimal
         if runtime in spec.runtimes:
             parse_shape(raw)
         else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import llamacpp_per_slot_window
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import REASONING_EFFORTS, LlamaCppShape, Shape
 
 DEFAULT_GAP = 45_056
 COMPACTION_FRACTION = 0.85
@@ -121,10 +121,27 @@ def reasoning_control(shape: Shape) -> str:
     return shape.reasoning_control or ("enable_thinking" if reasoning_parser else "none")
 
 
+def reasoning_map(shape: Shape) -> dict[str, dict[str, Any]]:
+    """Harness effort -> request fields. Where the shape lists the efforts its template accepts
+    (reasoning_efforts), each harness effort maps to the lowest accepted one at or above it, else
+    the highest: the Qwen3.8 template answers 500 on 'high' and 200 on low/medium/xhigh (seed 003),
+    so 'high' must be sent as 'xhigh'."""
+    control = reasoning_control(shape)
+    accepted = [effort for effort in REASONING_EFFORTS if effort in shape.reasoning_efforts]
+    if control != "reasoning_effort" or not accepted:
+        return REASONING_MAPS[control]
+    out = {}
+    for wanted in REASONING_MAPS[control]:
+        rank = REASONING_EFFORTS.index(wanted)
+        chosen = next((effort for effort in accepted if REASONING_EFFORTS.index(effort) >= rank), accepted[-1])
+        out[wanted] = {"reasoning_effort": chosen}
+    return out
+
+
 def models_entry(shape: Shape, base_url: str) -> dict[str, Any]:
     """The harness's models.yml entry for one endpoint, derived from the shape alone."""
     window = client_window(engine_ceiling(shape), shape.client_gap, shape.client_max_tokens)
-    control = reasoning_control(shape)
+    efforts = reasoning_map(shape)
     entry: dict[str, Any] = {
         "id": shape.served_id,
         "baseUrl": base_url,
@@ -132,8 +149,8 @@ def models_entry(shape: Shape, base_url: str) -> dict[str, Any]:
         "maxTokens": window.max_tokens,
         # Image input only where the engine loads a projector; text always.
         "input": ["text", "image"] if shape.has_projector else ["text"],
-        "reasoning": bool(REASONING_MAPS[control]),
+        "reasoning": bool(efforts),
     }
-    if REASONING_MAPS[control]:
-        entry["reasoningEffort"] = REASONING_MAPS[control]
+    if efforts:
+        entry["reasoningEffort"] = efforts
     return entry

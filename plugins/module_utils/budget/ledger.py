@@ -9,6 +9,7 @@ pricing (pricing.py) fills it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ class DeviceLedger:
     name: str
     capacity: int
     terms: list[Term] = field(default_factory=list)
+    arch: str | None = None  # sm_86, gfx1201, gfx1151: what the KV dtype rules read
 
     def add(self, name: str, size: int, note: str = "") -> None:
         if size:
@@ -113,8 +115,12 @@ class BudgetResult:
         }
 
 
+# A CUDA compute capability (sm_86) or an AMD GPU target (gfx1201, gfx1151).
+ARCH_RE = re.compile(r"^(sm_\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?)$")
+
+
 def devices_from(spec: Any) -> list[DeviceLedger]:
-    """The devices to price on (endpoint_devices): [{name, memory}], one per GPU rank or the host."""
+    """The devices to price on (endpoint_devices): [{name, memory, arch}], one per GPU rank or the host."""
     if not spec or not isinstance(spec, list):
         raise ShapeError("devices: give at least one device, e.g. [{name: cuda0, memory: '24,576 MiB'}]")
     if len(spec) > 64:
@@ -126,7 +132,10 @@ def devices_from(spec: Any) -> list[DeviceLedger]:
         capacity = parse_bytes(device["memory"], f"devices[{index}].memory")
         if capacity <= 0:
             raise ShapeError(f"devices[{index}].memory: must be positive")
-        out.append(DeviceLedger(parse_text(device.get("name", f"dev{index}"), f"devices[{index}].name"), capacity))
+        arch = device.get("arch")
+        if arch is not None and not ARCH_RE.match(str(arch)):
+            raise ShapeError(f"devices[{index}].arch: {arch!r} is not a GPU architecture; use e.g. sm_86, gfx1201 or gfx1151")
+        out.append(DeviceLedger(parse_text(device.get("name", f"dev{index}"), f"devices[{index}].name"), capacity, arch=arch))
     return out
 
 

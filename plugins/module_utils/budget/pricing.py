@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, expert_arena, kv_law
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, expert_arena, kv_law, rules
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window, engine_ceiling
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import HOST, assign_layers, load_geometry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader, read_model
@@ -160,6 +160,7 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
     state_per_token = kv_law.prompt_state_per_token(geometry, kv, shape.type_k, shape.cache_type_v)
     per_slot_state = kv.total_bytes // kv.n_streams + (state_per_token - kv.bytes_per_token_full) * kv.cells_per_stream
     verdicts.extend(_cache_ram_verdicts(shape, per_slot_state, geometry.has_recurrent))
+    verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), payload.loader, notes))
     client, client_verdicts = _client(shape)
     verdicts.extend(client_verdicts)
     key = calibration.geometry_key(shape, geometry)
@@ -391,6 +392,7 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: _Payload
         )
     ]
     verdicts.extend(_capacity_verdicts(devices, shape.free_floor, shape.max_device_gap))
+    verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), payload.loader, notes))
     client, client_verdicts = _client(shape)
     verdicts.extend(client_verdicts)
     spec = calibration.geometry_spec(geometry) if geometry is not None else None

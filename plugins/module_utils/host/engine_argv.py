@@ -7,6 +7,8 @@ typed object, so they cannot disagree on a default. Payload paths (`model_file`,
 `drafter`) are placed under `model_root`, where the engine sees the payload. Rules kept here so no
 inventory can forget them:
 - llama.cpp always gets `--metrics` (else /metrics answers 501) and `--alias` (the served id);
+  speculation uses the b11030-era flags the fleet ran (`--spec-type`, `--model-draft`,
+  `--spec-draft-n-max`);
   `--override-tensor` patterns are joined into ONE flag, most specific (longest) first, because
   llama.cpp applies the first match and a broad pattern first would swallow the specific ones.
 """
@@ -36,6 +38,11 @@ def override_tensor_flag(pairs: tuple[tuple[str, str], ...]) -> str:
     return ",".join(f"{pattern}={buffer}" for pattern, buffer in ordered)
 
 
+def _json_flag(value: Any) -> str:
+    """A mapping as the compact JSON the engines parse (keys sorted, so the argv is stable)."""
+    return json.dumps(dict(value), sort_keys=True, separators=(",", ":"))
+
+
 def _serving(shape: Shape, model_root: str) -> tuple[str, str, str]:
     """The model path, the served id and the port: without them there is nothing to launch."""
     for key in ("model_file", "served_id", "port"):
@@ -53,6 +60,8 @@ def llamacpp_argv(shape: LlamaCppShape, model_root: str = "", binary: str = "/us
     argv = [binary, "--model", model, "--alias", served_id, "--host", shape.bind, "--port", port]
     argv += ["--ctx-size", str(shape.ctx_size), "--parallel", str(shape.parallel)]
     argv += ["--cache-type-k", shape.type_k, "--cache-type-v", shape.cache_type_v]
+    if shape.flash_attn is not None:
+        argv += ["--flash-attn", "on" if shape.flash_attn else "off"]
     if shape.kv_unified:
         argv.append("--kv-unified")
     if shape.swa_full:
@@ -67,14 +76,24 @@ def llamacpp_argv(shape: LlamaCppShape, model_root: str = "", binary: str = "/us
         argv += ["--override-tensor", override_tensor_flag(shape.override_tensor)]
     if shape.projector:
         argv += ["--mmproj", str(resolve_path(shape.projector, model_root))]
+    if shape.spec_type:
+        argv += ["--spec-type", shape.spec_type]
     if shape.drafter:
         argv += ["--model-draft", str(resolve_path(shape.drafter, model_root))]
-        if shape.draft_max:
-            argv += ["--draft-max", str(shape.draft_max)]
+    if shape.draft_max:
+        argv += ["--spec-draft-n-max", str(shape.draft_max)]
     if shape.cache_ram is not None:
         argv += ["--cache-ram", str(shape.cache_ram >> 20)]  # MiB
     if shape.jinja:
         argv.append("--jinja")
+    if shape.chat_template_file:
+        argv += ["--chat-template-file", str(resolve_path(shape.chat_template_file, model_root))]
+    if shape.chat_template_kwargs:
+        argv += ["--chat-template-kwargs", _json_flag(shape.chat_template_kwargs)]
+    if shape.reasoning_format:
+        argv += ["--reasoning-format", shape.reasoning_format]
+    if shape.log_verbosity is not None:
+        argv += ["--log-verbosity", str(shape.log_verbosity)]
     argv.append("--metrics")  # always: without it /metrics answers 501
     return argv + list(shape.extra_args)
 
@@ -98,9 +117,17 @@ def vllm_argv(shape: VllmShape, model_root: str = "", entry: list[str] | None = 
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", shape.tool_parser]
     if shape.reasoning_parser:
         argv += ["--reasoning-parser", shape.reasoning_parser]
+    if shape.chat_template_kwargs:
+        argv += ["--default-chat-template-kwargs", _json_flag(shape.chat_template_kwargs)]
+    if shape.attention_backend:
+        argv += ["--attention-backend", shape.attention_backend]
+    if shape.expert_offload:
+        argv.append("--enable-expert-offload")
+    if shape.expert_precise_memory:
+        argv.append("--expert-precise-memory")
     if shape.speculative_config:
         # A drafter (draft model, MTP or n-gram), passed through as vLLM's JSON argument.
-        argv += ["--speculative-config", json.dumps(dict(shape.speculative_config), sort_keys=True, separators=(",", ":"))]
+        argv += ["--speculative-config", _json_flag(shape.speculative_config)]
     return argv + list(shape.extra_args)
 
 

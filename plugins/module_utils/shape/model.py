@@ -219,6 +219,16 @@ class Shape:
     )
     restart_sec: int = _key("int", "The unit's RestartSec.", default=5, minimum=0, maximum=3600, group="unit")
     extra_args: tuple[str, ...] = _key("args", "Further engine arguments, as a list.", default=())
+    chat_template_kwargs: Mapping[str, Any] | None = _key(
+        "mapping",
+        "Chat-template kwargs as JSON: llama.cpp --chat-template-kwargs, vLLM --default-chat-template-kwargs.",
+    )
+    known_bad: tuple[Any, ...] = _key(
+        "list",
+        "Budget - shapes this model cannot run [{<key>: <value>, ..., reason}]: a shape matching an entry is refused.",
+        default=(),
+        group="budget",
+    )
     # The budget's own knobs.
     free_floor: int = _key("size", "Budget - the free memory each device must keep.", default=parse_size("1.5 GiB"), group="budget")
     max_device_gap: int = _key("size", "Budget - the most two devices' use may differ.", default=parse_size("0.5 GiB"), group="budget")
@@ -231,6 +241,12 @@ class Shape:
     client_base_url: str | None = _key("str", "Client contract - the URL clients use (default http://HOST:PORT/v1).", group="client")
     client_gap: int | None = _key("int", "Client contract - the gap between the engine ceiling and the advertised window.", maximum=MAX_TOKENS, group="client")
     client_max_tokens: int | None = _key("int", "Client contract - maxTokens.", minimum=1, maximum=MAX_TOKENS, group="client")
+    reasoning_efforts: tuple[str, ...] = _key(
+        "list",
+        "Client contract - the reasoning_effort values the template accepts, e.g. [low, medium, xhigh].",
+        default=(),
+        group="client",
+    )
 
     def get(self, key: str, default: Any = None) -> Any:
         value = getattr(self, key, None)
@@ -238,7 +254,7 @@ class Shape:
 
     @property
     def has_drafter(self) -> bool:
-        return bool(getattr(self, "drafter", None) or getattr(self, "speculative_config", None))
+        return bool(getattr(self, "drafter", None) or getattr(self, "speculative_config", None) or getattr(self, "spec_type", None))
 
     @property
     def has_projector(self) -> bool:
@@ -295,10 +311,28 @@ class LlamaCppShape(Shape):
     drafter_geometry: Mapping[str, Any] | None = _key("mapping", "Budget - the drafter's geometry, when its header is not readable.", LLAMACPP, group="budget")
     drafter_type_k: str | None = _key("str", "Budget - the drafter's K cache type (default: type_k).", LLAMACPP, group="budget")
     drafter_type_v: str | None = _key("str", "Budget - the drafter's V cache type (default: type_v).", LLAMACPP, group="budget")
-    draft_max: int | None = _key("int", "llama.cpp --draft-max (drafter depth).", LLAMACPP, minimum=1, maximum=64)
+    spec_type: str | None = _key(
+        "str",
+        "llama.cpp --spec-type, e.g. draft-mtp,ngram-mod: at most ONE draft-* type; ngram-* are draftless.",
+        LLAMACPP,
+    )
+    draft_max: int | None = _key("int", "llama.cpp --spec-draft-n-max (draft depth; b11030-era flag).", LLAMACPP, minimum=1, maximum=64)
+    drafter_block_size: int | None = _key(
+        "int",
+        "The drafter's block size (DFlash2 8, DSpark 7): draft_max <= block size - 1. Not a flag.",
+        LLAMACPP,
+        minimum=2,
+        maximum=64,
+    )
     cache_ram: int | None = _key("size", "llama.cpp --cache-ram: the prompt cache in host RAM, as a size.", LLAMACPP)
     host_ram: int | None = _key("size", "Budget - the host's RAM, for the prompt-cache law.", LLAMACPP, group="budget")
     jinja: bool = _key("bool", "llama.cpp --jinja (the model's chat template).", LLAMACPP, default=True)
+    chat_template_file: str | None = _key("str", "llama.cpp --chat-template-file, relative to the payload directory.", LLAMACPP)
+    reasoning_format: str | None = _key("str", "llama.cpp --reasoning-format (e.g. deepseek: reasoning lands in reasoning_content).", LLAMACPP)
+    flash_attn: bool | None = _key("bool", "llama.cpp --flash-attn: true renders 'on', false 'off'; unset leaves the build's auto.", LLAMACPP)
+    log_verbosity: int | None = _key(
+        "int", "llama.cpp --log-verbosity (-lv); 4 prints the per-buffer load ledger (KV, compute, projector) a boot record needs.", LLAMACPP, maximum=10
+    )
     compute_buffer: int | tuple[int, ...] | None = _key(
         "sizes", "Budget - compute buffers, one size or one per device (they scale with ubatch).", LLAMACPP, group="budget"
     )
@@ -349,15 +383,20 @@ class VllmShape(Shape):
     graph_captures: int | None = _key("int", "Budget - captured graphs (the engine's estimate: 256 MiB + 52 MiB each).", VLLM, maximum=1024, group="budget")
     runtime_overhead: int = _key("size", "Budget - vLLM runtime overhead per rank.", VLLM, default=0, group="budget")
     non_torch_memory: int = _key("size", "Budget - non-torch memory per rank.", VLLM, default=0, group="budget")
+    attention_backend: str | None = _key("str", "vLLM --attention-backend (e.g. TURBOQUANT; some builds ignore the VLLM_ATTENTION_BACKEND env var).", VLLM)
     expert_arena: int | None = _key("size", "Budget - the expert arena per rank, declared.", VLLM, group="budget")
     expert_offload: bool = _key(
         "bool",
-        "Budget - expert offload: the planner sizes the arena from max_model_len, never from the pool.",
+        "vLLM --enable-expert-offload (tcclaviger RDNA4 fork only); the planner sizes the arena from max_model_len, never from the pool.",
         VLLM,
         default=False,
-        group="budget",
     )
-    expert_precise_memory: bool = _key("bool", "vLLM fork --expert-precise-memory: the planner charges precise_runtime_overhead.", VLLM, default=False)
+    expert_precise_memory: bool = _key(
+        "bool",
+        "vLLM --expert-precise-memory (tcclaviger RDNA4 fork only): the planner charges precise_runtime_overhead, not the default.",
+        VLLM,
+        default=False,
+    )
     precise_runtime_overhead: int | None = _key(
         "size", "Budget - the fitted overhead per rank that --expert-precise-memory selects (5.25 GiB on gfx1201 TP2).", VLLM, group="budget"
     )
@@ -460,7 +499,64 @@ def parse_shape(raw: Any, name: str | None = None) -> Shape:
         values[key] = _coerce(item.metadata, value, key)
     if not values.get("served_id") and name:
         values["served_id"] = parse_text(name, "served_id")
+    _check_speculation(values)
+    if values.get("expert_precise_memory") and not values.get("expert_offload"):
+        raise ShapeError("expert_precise_memory: sizes the expert offload arena; set expert_offload: true or remove it")
+    _check_known_bad(values, taken)
+    _check_reasoning_efforts(values)
     return cls(**values)
+
+
+# --- shapes the fleet paid for: refused before anything is priced or launched ----------------
+
+# Efforts a chat template may accept, lowest first (the harness sends none|low|medium|high).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def spec_chain(spec_type: str | None) -> tuple[str, ...]:
+    """The --spec-type chain as its parts."""
+    return tuple(part.strip() for part in spec_type.split(",")) if spec_type else ()
+
+
+def _check_speculation(values: dict[str, Any]) -> None:
+    """llama.cpp speculation: one draft context per process, and a depth the drafter can hold."""
+    chain = spec_chain(values.get("spec_type"))
+    for part in chain:
+        if not (part.startswith("draft-") or part.startswith("ngram-")):
+            raise ShapeError(
+                f"spec_type: {part!r} is not a speculative type; use draft-* (model-backed, e.g. draft-mtp) or ngram-* (draftless, e.g. ngram-mod)"
+            )
+    drafters = [part for part in chain if part.startswith("draft-")]
+    if len(drafters) > 1:
+        # 'spec-type draft-mtp,draft-dflash' dies at load: the chain has ONE draft context.
+        raise ShapeError(
+            f"spec_type: {','.join(drafters)} chains {len(drafters)} model-backed drafters, but a chain has ONE draft context; "
+            "keep one draft-* type (ngram-* types are draftless and may chain behind it)"
+        )
+    depth = values.get("draft_max")
+    if depth is not None and not drafters and not values.get("drafter"):
+        raise ShapeError("draft_max: sets the draft depth of a model-backed drafter; add spec_type (e.g. draft-mtp) or remove draft_max")
+    block = values.get("drafter_block_size")
+    if block is not None and depth is not None and depth > block - 1:
+        raise ShapeError(f"draft_max: {depth} exceeds drafter_block_size {block} - 1; llama.cpp asserts n_max <= block_size - 1: use at most {block - 1}")
+
+
+def _check_known_bad(values: dict[str, Any], taken: Mapping[str, Any]) -> None:
+    """known_bad entries name shape keys and say why; the gate (budget/rules.py) refuses a match."""
+    for index, entry in enumerate(values.get("known_bad", ())):
+        where = f"known_bad[{index}]"
+        if not isinstance(entry, Mapping) or not entry.get("reason") or len(entry) < 2:
+            raise ShapeError(f"{where}: expected {{<shape key>: <value>, ..., reason: <the seed evidence>}}, got {entry!r}")
+        for key in entry:
+            if key != "reason" and key not in taken:
+                raise ShapeError(f"{where}.{key}: not a {values['runtime']} shape key; name keys of this shape (e.g. max_num_seqs)")
+        parse_text(entry["reason"], f"{where}.reason")
+
+
+def _check_reasoning_efforts(values: dict[str, Any]) -> None:
+    for index, effort in enumerate(values.get("reasoning_efforts", ())):
+        if effort not in REASONING_EFFORTS:
+            raise ShapeError(f"reasoning_efforts[{index}]: {effort!r} is not an effort; use {', '.join(REASONING_EFFORTS)}")
 
 
 def resolve_path(path: str | None, root: str | None) -> str | None:

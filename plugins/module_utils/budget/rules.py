@@ -1,0 +1,164 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shapes the fleet paid for, refused (or flagged) by the gate before anything boots.
+
+Each rule is one the fleet's history proves (shared/seeds, named beside the rule):
+- KV dtype legality per device architecture and attention kind (`arch` on endpoint_devices);
+- known-bad shapes of one model (`known_bad` in the shape: the inventory records what the model
+  cannot run, because no rule derived from the shape alone can know a compiler constraint);
+- a context past the trained window: a WARNING note, the engine serves it on the base rope;
+- an --override-tensor pattern that matches no tensor of the GGUF, when its header is readable.
+`judge()` is called once from each runtime's pricing and returns verdicts; warnings go to notes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError, GGUFHeader
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import ModelGeometry
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import DeviceLedger, Verdict
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape, ShapeError, VllmShape, spec_chain
+
+# (architecture prefix, attention kind or None for any) -> KV dtype prefixes the backend cannot run, and why.
+ILLEGAL_KV = (
+    # seed 001: "fp8 KV is hardware-dead on the 3090 (sm_86, no cvt.e4m3x2)"
+    ("sm_86", None, ("fp8",), "fp8 KV is hardware-dead on sm_86 (no cvt.e4m3x2)"),
+    # seed 000: "fp8 is ILLEGAL here — it disables the sparse MLA backend's rope-free Triton path,
+    # the only MLA decode gfx12 has"
+    ("gfx12", "sparse_mla", ("fp8",), "fp8 KV disables the sparse MLA backend's rope-free Triton path, the only MLA decode gfx12 has"),
+)
+
+
+def judge(
+    shape: Shape,
+    devices: list[DeviceLedger],
+    geometry: ModelGeometry | None,
+    model_path: str | None,
+    loader: Callable[[str], GGUFHeader],
+    notes: list[str],
+) -> list[Verdict]:
+    """Every rule's verdict for a priced shape; warnings are appended to `notes`."""
+    verdicts = _kv_dtype_verdicts(shape, devices, model_path)
+    verdicts += _known_bad_verdicts(shape)
+    _trained_window_note(shape, geometry, notes)
+    if isinstance(shape, LlamaCppShape) and "draft-dflash" in spec_chain(shape.spec_type) and shape.draft_max and not shape.drafter_block_size:
+        notes.append(
+            f"WARNING: draft_max {shape.draft_max} is unchecked against the drafter's block size (llama.cpp asserts "
+            "n_max <= block_size - 1); give drafter_block_size (DFlash2 8, DSpark 7)"
+        )
+    if isinstance(shape, LlamaCppShape) and shape.override_tensor and model_path:
+        verdicts += _override_tensor_verdicts(shape, model_path, loader)
+    return verdicts
+
+
+def attention_kind(shape: Shape, model_path: str | None) -> str | None:
+    """sparse_mla, mla or None: from model_geometry's `attention`, else the Hugging Face config
+    (MLA configs carry kv_lora_rank; the sparse indexer adds index_topk)."""
+    explicit = (shape.model_geometry or {}).get("attention")
+    if explicit:
+        return str(explicit)
+    if not model_path or not os.path.isdir(model_path):
+        return None
+    try:
+        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    text = config.get("text_config") or config
+    if not text.get("kv_lora_rank"):
+        return None
+    return "sparse_mla" if text.get("index_topk") else "mla"
+
+
+def _kv_dtypes(shape: Shape) -> tuple[str, ...]:
+    return shape.kv_dtypes if isinstance(shape, (LlamaCppShape, VllmShape)) else ()
+
+
+def _kv_dtype_verdicts(shape: Shape, devices: list[DeviceLedger], model_path: str | None) -> list[Verdict]:
+    kind = None
+    out = []
+    for device in devices:
+        arch = getattr(device, "arch", None)
+        if not arch:
+            continue
+        for prefix, attention, dtypes, why in ILLEGAL_KV:
+            if not arch.startswith(prefix):
+                continue
+            if attention is not None:
+                kind = kind or attention_kind(shape, model_path)
+                if kind != attention:
+                    continue
+            bad = [dtype for dtype in _kv_dtypes(shape) if dtype.lower().startswith(dtypes)]
+            if bad:
+                field = "kv_cache_dtype" if isinstance(shape, VllmShape) else "type_k/type_v"
+                out.append(Verdict("kv_dtype_illegal", False, f"{field}: {bad[0]} on {device.name} ({arch}): {why}; use bf16/auto", device.name, "kv"))
+    return out
+
+
+def _known_bad_verdicts(shape: Shape) -> list[Verdict]:
+    out = []
+    for entry in shape.known_bad:
+        keys = {key: value for key, value in entry.items() if key != "reason"}
+        if all(_same(getattr(shape, key, None), value) for key, value in keys.items()):
+            said = ", ".join(f"{key} {value}" for key, value in keys.items())
+            out.append(Verdict("known_bad", False, f"{said}: known bad for this model: {entry['reason']}; change {', '.join(keys)}"))
+    return out
+
+
+def _same(actual: Any, declared: Any) -> bool:
+    if isinstance(actual, tuple):
+        return list(actual) == list(declared) if isinstance(declared, (list, tuple)) else False
+    if isinstance(actual, (int, float)) and not isinstance(actual, bool):
+        try:
+            return float(actual) == float(declared)
+        except (TypeError, ValueError):
+            return False
+    return actual == declared
+
+
+def _trained_window_note(shape: Shape, geometry: ModelGeometry | None, notes: list[str]) -> None:
+    """seed 003: "positions past the trained 262144 extrapolate on the base rope" - served, so a note."""
+    trained = geometry.n_ctx_train if geometry is not None else 0
+    trained = trained or int((shape.model_geometry or {}).get("n_ctx_train") or 0)
+    if not trained:
+        return
+    if isinstance(shape, LlamaCppShape):
+        window = shape.ctx_size if shape.kv_unified else shape.ctx_size // shape.parallel
+    else:
+        window = shape.max_model_len  # type: ignore[attr-defined]
+    if window > trained:
+        notes.append(f"WARNING: a {window:,}-token window is past the trained {trained:,}: positions beyond it extrapolate on the base rope")
+
+
+def _override_tensor_verdicts(shape: LlamaCppShape, model_path: str, loader: Callable[[str], GGUFHeader]) -> list[Verdict]:
+    """A pattern that matches nothing places nothing, while looking like a working override (seed
+    001: "The placeholder pattern ngram_embeddings matched nothing")."""
+    try:
+        header = loader(model_path)
+    except (OSError, GGUFError):
+        return []  # unreadable here: the pricing already said what it could not read
+    if not header.tensors:
+        raise ShapeError(f"model_file: {model_path} lists no tensors; give the first part of the split set (the loader merges every part)")
+    names = [tensor.name for tensor in header.tensors]
+    out = []
+    for pattern, buffer in shape.override_tensor or ():
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ShapeError(f"override_tensor.{pattern}: not a regular expression ({exc}); llama.cpp matches it against tensor names") from None
+        if not any(regex.search(name) for name in names):
+            out.append(
+                Verdict(
+                    "override_tensor",
+                    False,
+                    f"override_tensor: {pattern}={buffer} matches none of the {len(names):,} tensors of {os.path.basename(model_path)}; "
+                    "fix the pattern or drop it",
+                    term="override_tensor",
+                )
+            )
+    return out
