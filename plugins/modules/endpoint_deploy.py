@@ -23,25 +23,12 @@ author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
   - frank.llm_fleet.attributes.CHANGES_HOST
+  - frank.llm_fleet.host_options.DEPLOY
 options:
-  engine:
-    description: The engine container, as M(frank.llm_fleet.podman_engine)'s options. Omit for a native engine.
-    type: dict
-  unit:
-    description:
-      - The unit, as M(frank.llm_fleet.systemd_root_unit)'s options (with C(health)). With O(engine),
-        C(command) and C(stop_command) come from the container.
-    type: dict
-    required: true
   secret_environment:
     description: Secret environment for the engine (the container's env file or the unit's). Never logged or recorded.
     type: dict
     default: {}
-  probe:
-    description:
-      - The smoke probe - C(host), C(port), C(served_id), C(prompt), C(max_tokens); with C(tools)
-        a required tool call must come back as a tool call, with C(image) an image must be read.
-    type: dict
   shape:
     description: The shape, kept in the record for the operator and the runbooks.
     type: dict
@@ -110,15 +97,16 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "engine": {"type": "dict"},
-            "unit": {"type": "dict", "required": True},
+            "engine": {"type": "dict", "options": ENGINE_OPTIONS},
+            "unit": {"type": "dict", "required": True, "options": UNIT_OPTIONS},
             "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-            "probe": {"type": "dict"},
+            "probe": {"type": "dict", "options": PROBE_OPTIONS},
             "shape": {"type": "dict", "default": {}},
             "record_dir": {"type": "path", "required": True},
             "rollback": {"type": "bool", "default": True},

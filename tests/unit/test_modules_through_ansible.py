@@ -137,3 +137,27 @@ def test_endpoint_bench_sends_nothing_in_check_mode(tmp_path):
     assert proc.returncode == 0 and not result["changed"] and "check mode" in result["msg"]
     proc, [result] = play(tmp_path, [task])
     assert proc.returncode != 0 and "127.0.0.1:9" in result["msg"]
+
+
+def test_endpoint_deploy_refuses_a_mistyped_nested_key_before_the_host_changes(tmp_path):
+    engine = {"name": "e", "image": "localhost/engine:1", "digest": "sha256:" + "0" * 64}
+    unit = {"name": "e.service", "health": {"port": 7771}}
+    probe = {"port": 7771, "served_id": "e"}
+    typos = [
+        ({**engine, "cgroup": "disabled"}, unit, probe, "engine.cgroup"),
+        (engine, {**unit, "health": {"port": 7771, "timout": 9}}, probe, "unit.health.timout"),
+        (engine, unit, {**probe, "max_token": 8}, "probe.max_token"),
+    ]
+    tasks = [
+        {
+            "frank.llm_fleet.endpoint_deploy": {"engine": e, "unit": u, "probe": p, "record_dir": str(tmp_path / "record")},
+            "ignore_errors": True,
+        }
+        for e, u, p, _key in typos
+    ]
+    proc, results = play(tmp_path, tasks)
+    assert len(results) == len(typos), proc.stdout[-2000:]
+    for result, (_e, _u, _p, key) in zip(results, typos, strict=True):
+        assert result["failed"] and not result.get("changed"), result
+        assert "Unsupported parameters" in result["msg"] and key in result["msg"], result["msg"]
+    assert not (tmp_path / "record").exists()

@@ -12,38 +12,19 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, HEALTH_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS, with_defaults
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, Runner, UnitManager, boottime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
 
-ENGINE_KEYS = (
-    "name",
-    "image",
-    "digest",
-    "command",
-    "entrypoint",
-    "model_dir",
-    "model_mount",
-    "cache_dir",
-    "cache_mount",
-    "gpu_vendor",
-    "gpu_devices",
-    "network",
-    "publish",
-    "ipc",
-    "shm_size",
-    "ulimits",
-    "runtime",
-    "cgroups",
-    "stop_timeout",
-    "extra_args",
-    "labels",
-)
+# Every container setting but the environment, which arrives merged with the secrets.
+ENGINE_KEYS = tuple(f.name for f in fields(EngineContainer) if f.name != "environment")
 
 
 class StepError(RuntimeError):
@@ -66,9 +47,10 @@ def report(module: Any, step: Callable[[], dict[str, Any]]) -> None:
 
 def ensure_engine(params: dict[str, Any], run: Runner, check_mode: bool, diff: bool) -> dict[str, Any]:
     """podman_engine's work: image digest gate, env file, the unit's argv (state present)."""
-    env_file = params.get("env_file") or f"/etc/llm-fleet/{params['name']}.podman.env"
+    params = with_defaults(ENGINE_OPTIONS, params)
+    env_file = params["env_file"] or f"/etc/llm-fleet/{params['name']}.podman.env"
     result: dict[str, Any] = {"changed": False}
-    environment = {k: str(v) for k, v in {**(params.get("environment") or {}), **(params.get("secret_environment") or {})}.items()}
+    environment = {k: str(v) for k, v in {**params["environment"], **params["secret_environment"]}.items()}
     engine = EngineContainer(**{key: params[key] for key in ENGINE_KEYS if params.get(key) is not None}, environment=environment)
     try:
         engine.validate()
@@ -77,7 +59,7 @@ def ensure_engine(params: dict[str, Any], run: Runner, check_mode: bool, diff: b
         raise StepError(str(exc), result) from None
 
     inspect = _image_inspect(run, params["image"])
-    if inspect is None and params.get("pull") == "missing" and not check_mode:
+    if inspect is None and params["pull"] == "missing" and not check_mode:
         rc, _out, err = run([PODMAN, "pull", engine.image_ref])
         if rc != 0:
             raise StepError(f"image {params['image']} is missing and pulling {engine.image_ref} failed: {err.strip()}", result)
@@ -124,13 +106,14 @@ def _image_inspect(run: Runner, image: str) -> list[Any] | None:
 
 def remove_engine(params: dict[str, Any], run: Runner, check_mode: bool) -> dict[str, Any]:
     """podman_engine state=absent: only this container (by exact name) and its env file."""
-    env_file = params.get("env_file") or f"/etc/llm-fleet/{params['name']}.podman.env"
+    params = with_defaults(ENGINE_OPTIONS, params)
+    env_file = params["env_file"] or f"/etc/llm-fleet/{params['name']}.podman.env"
     exists = run([PODMAN, "container", "exists", params["name"]])[0] == 0
     has_env = os.path.exists(env_file)
     result = {"changed": exists or has_env}
     if not check_mode:
         if exists:
-            rc, _out, err = run([PODMAN, "rm", "--force", "--ignore", "--time", str(params.get("stop_timeout", 30)), params["name"]])
+            rc, _out, err = run([PODMAN, "rm", "--force", "--ignore", "--time", str(params["stop_timeout"]), params["name"]])
             if rc != 0:
                 raise StepError(f"podman rm {params['name']} failed: {err.strip()}", result)
         if has_env:
@@ -141,9 +124,10 @@ def remove_engine(params: dict[str, Any], run: Runner, check_mode: bool) -> dict
 def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: bool) -> dict[str, Any]:
     """systemd_root_unit's work for state started/stopped: render, install, (re)start, health gate."""
     begun = time.monotonic()
+    params = with_defaults(UNIT_OPTIONS, params)
     name = params["name"]
-    unit_path = os.path.join(params.get("unit_dir") or "/etc/systemd/system", name)
-    env_dir = params.get("env_dir") or "/etc/llm-fleet"
+    unit_path = os.path.join(params["unit_dir"], name)
+    env_dir = params["env_dir"]
     env_path = os.path.join(env_dir, name.rsplit(".", 1)[0] + ".env")
     manager = UnitManager(run)
     result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
@@ -151,24 +135,24 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
     def elapsed() -> float:
         return round(time.monotonic() - begun, 2)
 
-    secret = params.get("secret_environment") or {}
-    environment = {k: str(v) for k, v in {**(params.get("environment") or {}), **secret}.items()}
+    secret = params["secret_environment"]
+    environment = {k: str(v) for k, v in {**params["environment"], **secret}.items()}
     try:
         env_text = render_env_file(environment) if environment else None
         spec = UnitSpec(
             name=name,
             command=list(params["command"]),
-            description=params.get("description") or "",
-            stop_command=list(params.get("stop_command") or []),
-            pre_start=[list(argv) for argv in params.get("pre_start") or []],
-            user=params.get("user") or "",
-            group=params.get("group") or "",
+            description=params["description"],
+            stop_command=list(params["stop_command"] or []),
+            pre_start=[list(argv) for argv in params["pre_start"]],
+            user=params["user"],
+            group=params["group"],
             environment_file=env_path if env_text else "",
-            working_directory=params.get("working_directory") or "",
-            restart_sec=int(params.get("restart_sec", 5)),
-            timeout_start_sec=int(params.get("timeout_start_sec", 900)),
-            timeout_stop_sec=int(params.get("timeout_stop_sec", 120)),
-            extra_service={k: str(v) for k, v in (params.get("extra_service") or {}).items()},
+            working_directory=params["working_directory"],
+            restart_sec=int(params["restart_sec"]),
+            timeout_start_sec=int(params["timeout_start_sec"]),
+            timeout_stop_sec=int(params["timeout_stop_sec"]),
+            extra_service={k: str(v) for k, v in params["extra_service"].items()},
         )
         unit_text = render_unit(spec)
     except (UnitError, KeyError, TypeError, ValueError) as exc:
@@ -184,13 +168,13 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
     if env_text:
         result["env_path"] = env_path
         result["env_changed"] = env_changed  # the values themselves are never returned
-    restart = bool(params.get("restart"))
+    restart = bool(params["restart"])
     if check_mode:
         result["changed"] = content_changed or restart
         result["elapsed"] = elapsed()
         return result
 
-    health_params = params.get("health")
+    health_params = params["health"]
     health = _health_spec(health_params) if health_params else None
     try:
         if env_changed and env_text is not None:
@@ -202,7 +186,7 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
             manager.daemon_reload()
             result["changed"] = True
         props = manager.show(name)
-        enabled = params.get("enabled", True)
+        enabled = params["enabled"]
         if enabled and props.get("UnitFileState") != "enabled":
             manager.systemctl("enable", name)
             result["changed"] = True
@@ -210,7 +194,7 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
             manager.systemctl("disable", name)
             result["changed"] = True
 
-        if params.get("state", "started") == "stopped":
+        if params["state"] == "stopped":
             if props.get("ActiveState") not in ("inactive", "failed"):
                 manager.systemctl("stop", name)
                 result["changed"] = True
@@ -240,15 +224,15 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
 
 def _health_spec(params: dict[str, Any]) -> HealthSpec:
     """Health options as given by a module or a role (templated values may arrive as strings)."""
-    given = {k: v for k, v in params.items() if v is not None}
+    given = with_defaults(HEALTH_OPTIONS, params)
     try:
         return HealthSpec(
             port=int(given["port"]),
-            host=str(given.get("host", "127.0.0.1")),
-            served_id=str(given.get("served_id", "")),
-            container=str(given.get("container", "")),
-            timeout=float(given.get("timeout", 300)),
-            allowed_restarts=int(given.get("allowed_restarts", 0)),
+            host=str(given["host"]),
+            served_id=str(given["served_id"]),
+            container=str(given["container"]),
+            timeout=float(given["timeout"]),
+            allowed_restarts=int(given["allowed_restarts"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StepError(f"health: needs a numeric port, timeout and allowed_restarts ({exc})", {}) from None
@@ -256,9 +240,10 @@ def _health_spec(params: dict[str, Any]) -> HealthSpec:
 
 def remove_unit(params: dict[str, Any], run: Runner, check_mode: bool) -> dict[str, Any]:
     """systemd_root_unit state=absent: stop, disable and remove the unit and its env file."""
+    params = with_defaults(UNIT_OPTIONS, params)
     name = params["name"]
-    unit_path = os.path.join(params.get("unit_dir") or "/etc/systemd/system", name)
-    env_path = os.path.join(params.get("env_dir") or "/etc/llm-fleet", name.rsplit(".", 1)[0] + ".env")
+    unit_path = os.path.join(params["unit_dir"], name)
+    env_path = os.path.join(params["env_dir"], name.rsplit(".", 1)[0] + ".env")
     manager = UnitManager(run)
     result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
     before = read_text(unit_path)
@@ -329,3 +314,18 @@ def chat_probe(
         if int(seen.get("usage", {}).get("completion_tokens", 0)) <= 0:
             raise StepError("image probe: no completion for an image (is the projector loaded?)", {})
     return content
+
+
+def run_probe(params: dict[str, Any]) -> str:
+    """The smoke probes as the `probe` options (host/specs.py PROBE_OPTIONS) describe them."""
+    probe = with_defaults(PROBE_OPTIONS, params)
+    return chat_probe(
+        probe["host"],
+        int(probe["port"]),
+        probe["served_id"],
+        probe["prompt"],
+        int(probe["max_tokens"]),
+        tools=bool(probe["tools"]),
+        image=bool(probe["image"]),
+        timeout=float(probe["timeout"]),
+    )

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, chat_probe, ensure_engine, ensure_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_engine, ensure_unit, run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL, Runner
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 
@@ -70,15 +70,7 @@ def deploy_endpoint(params: dict[str, Any], run: Runner, check_mode: bool, diff:
         probe = params.get("probe")
         completion = None
         if probe and not check_mode:
-            completion = chat_probe(
-                probe["host"],
-                int(probe["port"]),
-                probe["served_id"],
-                probe["prompt"],
-                int(probe["max_tokens"]),
-                tools=bool(probe.get("tools")),
-                image=bool(probe.get("image")),
-            )
+            completion = run_probe(probe)
     except StepError as failure:
         if check_mode or not params.get("rollback", True) or previous is None or previous == record:
             failure.result.setdefault("rolled_back", False)
