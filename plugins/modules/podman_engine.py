@@ -81,15 +81,16 @@ env_file:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine, report
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ENGINE_OPTIONS, supports_check_mode=True)
     if module.params["state"] == "absent":
-        report(module, lambda: remove_engine(module.params, module.run_command, module.check_mode))
+        report(module, lambda: remove_engine(module.params, Host(module.run_command, module.check_mode)))
     else:
-        report(module, lambda: ensure_engine(module.params, module.run_command, module.check_mode, module._diff))
+        report(module, lambda: ensure_engine(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

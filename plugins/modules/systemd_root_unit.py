@@ -106,6 +106,7 @@ elapsed:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit, report
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 
 
@@ -116,9 +117,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     if module.params["state"] == "absent":
-        report(module, lambda: remove_unit(module.params, module.run_command, module.check_mode))
+        report(module, lambda: remove_unit(module.params, Host(module.run_command, module.check_mode)))
     else:
-        report(module, lambda: ensure_unit(module.params, module.run_command, module.check_mode, module._diff))
+        report(module, lambda: ensure_unit(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

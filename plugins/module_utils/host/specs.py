@@ -88,12 +88,12 @@ PROBE_OPTIONS: dict[str, dict[str, Any]] = {
 
 def with_defaults(options: dict[str, dict[str, Any]], params: dict[str, Any] | None) -> dict[str, Any]:
     """`params` completed the way Ansible completes them: a missing (or None) option takes its
-    default, nested dict options are completed too. Unknown keys are kept (Ansible refuses them
-    before this runs; direct callers are tests)."""
+    default (None when it has none), nested dict options are completed too. Unknown keys are kept
+    (Ansible refuses them before this runs; direct callers are tests)."""
     given = dict(params or {})
     for key, spec in options.items():
-        if given.get(key) is None and "default" in spec:
-            given[key] = copy.deepcopy(spec["default"])
+        if given.get(key) is None:
+            given[key] = copy.deepcopy(spec.get("default"))
         elif given.get(key) is not None and "options" in spec:
             given[key] = with_defaults(spec["options"], given[key])
     return given
