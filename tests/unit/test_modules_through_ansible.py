@@ -10,6 +10,9 @@ import pytest
 import yaml
 from conftest import GATED, REPO, TOKEN
 
+# Every test here runs ansible-playbook (seconds each): the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -161,3 +164,4 @@ def test_endpoint_deploy_refuses_a_mistyped_nested_key_before_the_host_changes(t
         assert result["failed"] and not result.get("changed"), result
         assert "Unsupported parameters" in result["msg"] and key in result["msg"], result["msg"]
     assert not (tmp_path / "record").exists()
+
