@@ -22,8 +22,20 @@ description:
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
-  - frank.llm_fleet.attributes.CHANGES_HOST
   - frank.llm_fleet.host_options.DEPLOY
+attributes:
+  check_mode:
+    support: full
+    description:
+      - In check mode every change goes through one runner that records it and runs nothing;
+        C(steps) and C(actions) say what would change. The start, the health gate and the probes
+        need a real start, so they do not run.
+  diff_mode:
+    support: full
+    description: Diffs of the unit file, the env files (named, values hidden) and the last-known-good record.
+  idempotent:
+    support: partial
+    description: A second deploy with the same arguments reports no change; O(restore=true) always restarts, so it always reports a change.
 options:
   secret_environment:
     description: Secret environment for the engine (the container's env file or the unit's). Never logged or recorded.
@@ -91,7 +103,7 @@ steps:
 actions:
   description:
     - Every change made on the host (commands as argv, files written or removed, by path only), in
-      order; in check mode, the changes known before a start that would be made.
+      order; in check mode, the files that would be written (the start and what follows it need a real start).
   returned: always
   type: list
   elements: str

@@ -64,8 +64,10 @@ def test_ensure_unit_paths(dirs, case, props, overrides, installed, expected):
 
 def test_ensure_unit_in_check_mode_reports_and_mutates_nothing(dirs, tmp_path):
     runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="not-found", ActiveState="inactive")]})
-    result = ensure_unit(unit_params(dirs), Host(runner, check_mode=True), diff=True)
+    host = Host(runner, check_mode=True)
+    result = ensure_unit(unit_params(dirs), host, diff=True)
     assert result["changed"] and "ExecStart=" in result["diff"]["after"]
+    assert host.actions == [f"write {tmp_path}/units/{UNIT} (mode 0644)"]
     assert not (tmp_path / "units").exists()
     assert runner.calls == []
 

@@ -166,6 +166,10 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
         result["env_path"] = env_path
         result["env_changed"] = env_changed  # the values themselves are never returned
     restart = bool(params["restart"])
+    if env_changed and env_text is not None:
+        host.write(env_path, env_text, 0o600 if secret else 0o640)
+    if unit_changed:
+        host.write(unit_path, unit_text, 0o644)
     if host.check_mode:
         # What would change is known from the content; the start and the health gate need a real start.
         result["changed"] = content_changed or restart
@@ -175,10 +179,6 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
     health_params = params["health"]
     health = _health_spec(health_params) if health_params else None
     try:
-        if env_changed and env_text is not None:
-            host.write(env_path, env_text, 0o600 if secret else 0o640)
-        if unit_changed:
-            host.write(unit_path, unit_text, 0o644)
         if content_changed:
             manager.daemon_reload()
             result["changed"] = True
