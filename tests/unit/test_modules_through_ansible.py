@@ -165,3 +165,16 @@ def test_endpoint_deploy_refuses_a_mistyped_nested_key_before_the_host_changes(t
         assert "Unsupported parameters" in result["msg"] and key in result["msg"], result["msg"]
     assert not (tmp_path / "record").exists()
 
+
+def test_endpoint_probe_is_the_deploys_probe(tmp_path):
+    from test_probes import Engine, make_server
+
+    servers = [make_server(Engine()), make_server(Engine(empty=True))]
+    try:
+        probes = [{"frank.llm_fleet.endpoint_probe": {"port": s.server_address[1], "served_id": "m", "tools": True}, "ignore_errors": True} for s in servers]
+        proc, [green, empty] = play(tmp_path, probes, check=True)
+    finally:
+        for server in servers:
+            server.shutdown()
+    assert not green.get("failed") and not green["changed"] and green["completion"] == "hello there", proc.stdout[-2000:]
+    assert empty["failed"] and "0 completion tokens" in empty["msg"]
