@@ -79,7 +79,7 @@ PROBE_OPTIONS: dict[str, dict[str, Any]] = {
     "port": {"type": "int", "required": True},
     "served_id": {"type": "str", "required": True},
     "prompt": {"type": "str", "default": "Say hello in five words."},
-    "max_tokens": {"type": "int", "default": 8},
+    "max_tokens": {"type": "int", "default": 8, "no_log": False},  # a count, not a secret (validate-modules guesses by name)
     "tools": {"type": "bool", "default": False},
     "image": {"type": "bool", "default": False},
     "timeout": {"type": "int", "default": 120},
