@@ -52,7 +52,8 @@ attributes:
 attributes:
   check_mode:
     support: partial
-    description: In check mode nothing is sent, so nothing is measured; the result says so in C(msg).
+    description: Check mode is accepted, but the module does not run in it.
+    details: In check mode nothing is sent, so nothing is measured; the result says so in C(msg).
   diff_mode:
     support: none
     description: Nothing changes, so there is no diff.
