@@ -97,3 +97,9 @@ def with_defaults(options: dict[str, dict[str, Any]], params: dict[str, Any] | N
         elif given.get(key) is not None and "options" in spec:
             given[key] = with_defaults(spec["options"], given[key])
     return given
+
+
+def default(options: dict[str, dict[str, Any]], key: str) -> Any:
+    """An option's default, for the typed models that mirror these options (EngineContainer,
+    UnitSpec, HealthSpec): a fresh copy, so a mutable default is never shared."""
+    return copy.deepcopy(options[key]["default"])

@@ -18,6 +18,7 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.port_owner import judge_listener, listeners_on, read_proc
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import HEALTH_OPTIONS, default
 
 SYSTEMCTL = "/usr/bin/systemctl"
 JOURNALCTL = "/usr/bin/journalctl"
@@ -39,14 +40,14 @@ class HealthSpec:
     """What the unit serves: the port gate reads the port and container, the health gate (health.py) all of it."""
 
     port: int
-    host: str = "127.0.0.1"
-    served_id: str = ""
-    container: str = ""  # the engine container's name when the unit runs podman
-    timeout: float = 300.0
+    host: str = default(HEALTH_OPTIONS, "host")
+    served_id: str = default(HEALTH_OPTIONS, "served_id")
+    container: str = default(HEALTH_OPTIONS, "container")  # the engine container's name when the unit runs podman
+    timeout: float = default(HEALTH_OPTIONS, "timeout")
     health_path: str = "/health"
     models_path: str = "/v1/models"
     interval: float = 0.5
-    allowed_restarts: int = 0
+    allowed_restarts: int = default(HEALTH_OPTIONS, "allowed_restarts")
 
 
 def boottime() -> float:
