@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo lab-up lab-down lab-purge lab-status lint unit integration sanity molecule test build bench
+.PHONY: help setup demo lab-up lab-down lab-purge lab-status lint unit unit-fast integration sanity molecule test build bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ lint: setup ## yamllint, ansible-lint (production profile), ruff
 
 unit: setup ## pytest: unit tests (no lab needed)
 	pytest tests/unit tests/hostile tests/replay
+
+unit-fast: ## pytest: unit tests without the slow tier (no ansible-playbook, promtool, ansible-doc)
+	pytest tests/unit -m "not slow"
 
 integration: setup lab-up ## pytest: tests against the real lab engine
 	pytest tests/integration

@@ -32,3 +32,32 @@ attributes:
     support: full
     description: A second run with the same arguments reports no change.
 """
+
+    # boot_calibration: writes a file in the calibration store, shows no diff of it.
+    STORES_NO_DIFF = r"""
+attributes:
+  check_mode:
+    support: full
+    description: In check mode the module reports whether the boot would be stored (and the comparison) and writes nothing.
+  diff_mode:
+    support: none
+    description: No diff is returned; C(path) names the file the boot is stored in.
+  idempotent:
+    support: full
+    description: The same boot recorded twice is one point; the second run reports no change.
+"""
+
+    # endpoint_bench: sends requests to measure, changes nothing, and in check mode sends nothing.
+    MEASURES = r"""
+attributes:
+  check_mode:
+    support: partial
+    description: Check mode is accepted, but the module does not run in it.
+    details: In check mode nothing is sent, so nothing is measured; the result says so in C(msg).
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is no diff.
+  idempotent:
+    support: full
+    description: Never reports a change; each run measures again.
+"""

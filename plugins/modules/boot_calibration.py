@@ -23,7 +23,7 @@ description:
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
-  - frank.llm_fleet.attributes.CHANGES_HOST
+  - frank.llm_fleet.attributes.STORES_NO_DIFF
 options:
   store_dir:
     description: The calibration store directory.

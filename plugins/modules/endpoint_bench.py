@@ -21,7 +21,7 @@ description:
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
-  - frank.llm_fleet.attributes.READ_ONLY
+  - frank.llm_fleet.attributes.MEASURES
 options:
   url:
     description: The endpoint's base URL, C(http://HOST:PORT).

@@ -22,26 +22,25 @@ description:
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
-  - frank.llm_fleet.attributes.CHANGES_HOST
-options:
-  engine:
-    description: The engine container, as M(frank.llm_fleet.podman_engine)'s options. Omit for a native engine.
-    type: dict
-  unit:
+  - frank.llm_fleet.host_options.DEPLOY
+attributes:
+  check_mode:
+    support: full
     description:
-      - The unit, as M(frank.llm_fleet.systemd_root_unit)'s options (with C(health)). With O(engine),
-        C(command) and C(stop_command) come from the container.
-    type: dict
-    required: true
+      - In check mode every change goes through one runner that records it and runs nothing;
+        C(steps) and C(actions) say what would change. The start, the health gate and the probes
+        need a real start, so they do not run.
+  diff_mode:
+    support: full
+    description: Diffs of the unit file, the env files (named, values hidden) and the last-known-good record.
+  idempotent:
+    support: partial
+    description: A second deploy with the same arguments reports no change; O(restore=true) always restarts, so it always reports a change.
+options:
   secret_environment:
     description: Secret environment for the engine (the container's env file or the unit's). Never logged or recorded.
     type: dict
     default: {}
-  probe:
-    description:
-      - The smoke probe - C(host), C(port), C(served_id), C(prompt), C(max_tokens); with C(tools)
-        a required tool call must come back as a tool call, with C(image) an image must be read.
-    type: dict
   shape:
     description: The shape, kept in the record for the operator and the runbooks.
     type: dict
@@ -78,31 +77,56 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-engine:
-  description: What the engine step reported (run_argv, config_hash, image verdict).
-  returned: when engine is given
+steps:
+  description: What each step did, each with its own C(changed) (and C(diff) where it has one).
+  returned: unless the task failed
   type: dict
-unit:
-  description: What the unit step reported (unit_path, main_pid, n_restarts, active_state, health, elapsed).
+  contains:
+    engine:
+      description:
+        - The engine step, as M(frank.llm_fleet.podman_engine) reports it (run_argv, config_hash, image
+          verdict, env_file); C(skipped) for a native engine.
+      type: dict
+    unit:
+      description:
+        - The unit step, as M(frank.llm_fleet.systemd_root_unit) reports it (unit_path, main_pid,
+          n_restarts, active_state, health, elapsed; C(diff) of the unit file).
+      type: dict
+    probe:
+      description:
+        - The smoke probe - C(completion), the answer's text; C(skipped) says why when no probe ran
+          (none given, check mode, a restore). Never changes anything.
+      type: dict
+    record:
+      description: The last-known-good record - C(path), C(changed), and C(diff) (the record has no secrets).
+      type: dict
+actions:
+  description:
+    - Every change made on the host (commands as argv, files written or removed, by path only), in
+      order; in check mode, the files that would be written (the start and what follows it need a real start).
   returned: always
-  type: dict
-completion:
-  description: The smoke probe's answer.
-  returned: when probe is given and not in check mode
-  type: str
+  type: list
+  elements: str
 record:
   description: Path of the last-known-good record.
-  returned: always
+  returned: unless the task failed
   type: str
 boot_ledger:
   description:
     - After a (re)start, the memory facts the engine printed while booting (KV cache size and
       cells, buffers, vLLM KV tokens and concurrency), also written to C(RECORD_DIR/boot-ledger.json).
-  returned: when the unit was (re)started
+  returned: when the unit was (re)started, not in check mode
   type: dict
 rolled_back:
-  description: Whether the last-known-good shape was restored after a failure.
+  description:
+    - Whether the last-known-good shape was brought back after the new one failed. A failure
+      before any record exists, or with a record equal to the new shape, or in check mode, or with
+      O(rollback=false), is not rolled back.
   returned: always
+  type: bool
+restored:
+  description: True when O(restore=true) brought the last-known-good shape up again (always restarted, so changed).
+  returned: when restore is true
   type: bool
 """
 
@@ -110,15 +134,17 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "engine": {"type": "dict"},
-            "unit": {"type": "dict", "required": True},
+            "engine": {"type": "dict", "options": ENGINE_OPTIONS},
+            "unit": {"type": "dict", "required": True, "options": UNIT_OPTIONS},
             "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-            "probe": {"type": "dict"},
+            "probe": {"type": "dict", "options": PROBE_OPTIONS},
             "shape": {"type": "dict", "default": {}},
             "record_dir": {"type": "path", "required": True},
             "rollback": {"type": "bool", "default": True},
@@ -126,7 +152,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    report(module, lambda: deploy_endpoint(module.params, module.run_command, module.check_mode, module._diff))
+    report(module, lambda: deploy_endpoint(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

@@ -25,115 +25,7 @@ author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
   - frank.llm_fleet.attributes.CHANGES_HOST
-options:
-  name:
-    description: Container name (also the name cleared before each run).
-    type: str
-    required: true
-  image:
-    description: Image repository and tag, without a digest.
-    type: str
-    required: true
-  digest:
-    description: The pinned digest, C(sha256:...). The container runs C(IMAGE@DIGEST).
-    type: str
-    required: true
-  command:
-    description: Arguments after the image (the engine's own argv).
-    type: list
-    elements: str
-    default: []
-  entrypoint:
-    description: Override the image's entrypoint.
-    type: str
-  model_dir:
-    description: Host directory with the payload, mounted read-only at O(model_mount).
-    type: path
-  model_mount:
-    description: Where the payload appears in the container.
-    type: str
-    default: /models
-  cache_dir:
-    description: Persistent host directory for the engine's caches, mounted at O(cache_mount); HOME points there.
-    type: path
-  cache_mount:
-    description: Where the cache directory appears in the container.
-    type: str
-    default: /cache
-  gpu_vendor:
-    description: V(amd) passes /dev/kfd and /dev/dri with groups video and render; V(nvidia) passes CDI devices.
-    type: str
-    choices: [amd, nvidia, none]
-    default: none
-  gpu_devices:
-    description: NVIDIA CDI device names (default C(nvidia.com/gpu=all)) or extra device paths.
-    type: list
-    elements: str
-    default: []
-  network:
-    description: Podman network mode.
-    type: str
-    default: host
-  publish:
-    description: Ports to publish when not on the host network.
-    type: list
-    elements: str
-    default: []
-  ipc:
-    description: IPC mode (engines with tensor parallelism want C(host)).
-    type: str
-    default: host
-  shm_size:
-    description: Size of /dev/shm; only with an IPC namespace of the container's own (O(ipc) not C(host)).
-    type: str
-    default: ''
-  ulimits:
-    description: C(--ulimit) values, such as C(nofile=65536:65536).
-    type: list
-    elements: str
-    default: []
-  environment:
-    description: Environment for the engine, passed through a root-only env file (values taken literally).
-    type: dict
-    default: {}
-  secret_environment:
-    description: Secret environment; never logged.
-    type: dict
-    default: {}
-  runtime:
-    description: OCI runtime (C(crun), C(runc)); empty for podman's default.
-    type: str
-    default: ''
-  cgroups:
-    description: Podman C(--cgroups) mode (for example V(disabled) for nested hosts); empty for the default.
-    type: str
-    default: ''
-  stop_timeout:
-    description: Seconds C(podman stop) waits before killing.
-    type: int
-    default: 30
-  extra_args:
-    description: Further C(podman run) arguments, placed before the image.
-    type: list
-    elements: str
-    default: []
-  labels:
-    description: Extra labels.
-    type: dict
-    default: {}
-  env_file:
-    description: Path of the container's env file.
-    type: path
-  pull:
-    description: V(never) fails when the image is missing; V(missing) pulls C(IMAGE@DIGEST) then.
-    type: str
-    choices: [never, missing]
-    default: never
-  state:
-    description: V(present) gates the image and returns the argv; V(absent) removes this container.
-    type: str
-    choices: [present, absent]
-    default: present
+  - frank.llm_fleet.host_options.ENGINE
 """
 
 EXAMPLES = r"""
@@ -189,43 +81,16 @@ env_file:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine, report
-
-ARGUMENT_SPEC = {
-    "name": {"type": "str", "required": True},
-    "image": {"type": "str", "required": True},
-    "digest": {"type": "str", "required": True},
-    "command": {"type": "list", "elements": "str", "default": []},
-    "entrypoint": {"type": "str"},
-    "model_dir": {"type": "path"},
-    "model_mount": {"type": "str", "default": "/models"},
-    "cache_dir": {"type": "path"},
-    "cache_mount": {"type": "str", "default": "/cache"},
-    "gpu_vendor": {"type": "str", "choices": ["amd", "nvidia", "none"], "default": "none"},
-    "gpu_devices": {"type": "list", "elements": "str", "default": []},
-    "network": {"type": "str", "default": "host"},
-    "publish": {"type": "list", "elements": "str", "default": []},
-    "ipc": {"type": "str", "default": "host"},
-    "shm_size": {"type": "str", "default": ""},
-    "ulimits": {"type": "list", "elements": "str", "default": []},
-    "environment": {"type": "dict", "default": {}},
-    "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-    "runtime": {"type": "str", "default": ""},
-    "cgroups": {"type": "str", "default": ""},
-    "stop_timeout": {"type": "int", "default": 30},
-    "extra_args": {"type": "list", "elements": "str", "default": []},
-    "labels": {"type": "dict", "default": {}},
-    "env_file": {"type": "path"},
-    "pull": {"type": "str", "choices": ["never", "missing"], "default": "never"},
-    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-}
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ENGINE_OPTIONS, supports_check_mode=True)
     if module.params["state"] == "absent":
-        report(module, lambda: remove_engine(module.params, module.run_command, module.check_mode))
+        report(module, lambda: remove_engine(module.params, Host(module.run_command, module.check_mode)))
     else:
-        report(module, lambda: ensure_engine(module.params, module.run_command, module.check_mode, module._diff))
+        report(module, lambda: ensure_engine(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

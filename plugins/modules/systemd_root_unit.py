@@ -27,115 +27,7 @@ author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
   - frank.llm_fleet.attributes.CHANGES_HOST
-options:
-  name:
-    description: Unit name, ending in C(.service).
-    type: str
-    required: true
-  command:
-    description: The ExecStart command as an argv list; the first element is an absolute path.
-    type: list
-    elements: str
-  stop_command:
-    description: The ExecStop command as an argv list (for example C(podman stop -t 30 NAME)).
-    type: list
-    elements: str
-  pre_start:
-    description: ExecStartPre commands, each an argv list.
-    type: list
-    elements: list
-    default: []
-  description:
-    description: The unit's Description.
-    type: str
-    default: ''
-  user:
-    description: User= for the service (a non-root service user for native engines; podman engines run as root).
-    type: str
-    default: ''
-  group:
-    description: Group= for the service.
-    type: str
-    default: ''
-  environment:
-    description: Environment for the engine, written to an EnvironmentFile. Newlines are refused.
-    type: dict
-    default: {}
-  secret_environment:
-    description: Environment holding secrets; never logged, and the EnvironmentFile becomes mode 0600.
-    type: dict
-    default: {}
-  working_directory:
-    description: WorkingDirectory= of the service.
-    type: str
-    default: ''
-  restart_sec:
-    description: RestartSec= in seconds.
-    type: int
-    default: 5
-  timeout_start_sec:
-    description: TimeoutStartSec= in seconds; model loads take minutes.
-    type: int
-    default: 900
-  timeout_stop_sec:
-    description: TimeoutStopSec= in seconds.
-    type: int
-    default: 120
-  extra_service:
-    description: Further C([Service]) directives, as a mapping.
-    type: dict
-    default: {}
-  state:
-    description: V(started) installs, enables and starts; V(stopped) installs and stops; V(absent) stops and removes.
-    type: str
-    choices: [started, stopped, absent]
-    default: started
-  enabled:
-    description: Enable the unit at boot.
-    type: bool
-    default: true
-  restart:
-    description: Restart even when nothing changed.
-    type: bool
-    default: false
-  health:
-    description:
-      - The health gate, run after every (re)start and checked (without restarting) on an unchanged unit.
-      - Omit to skip the gate.
-    type: dict
-    suboptions:
-      port:
-        description: The engine's port.
-        type: int
-        required: true
-      host:
-        description: Address to probe.
-        type: str
-        default: 127.0.0.1
-      served_id:
-        description: A model id C(/v1/models) must list.
-        type: str
-        default: ''
-      container:
-        description: Name of the engine container the unit runs, for the ownership check.
-        type: str
-        default: ''
-      timeout:
-        description: Seconds to wait for green.
-        type: int
-        default: 300
-      allowed_restarts:
-        description: Restarts tolerated during the wait before it counts as a crash loop.
-        type: int
-        default: 0
-  unit_dir:
-    description: Directory for the unit file.
-    type: path
-    default: /etc/systemd/system
-  env_dir:
-    description: Directory for the EnvironmentFile.
-    type: path
-    default: /etc/llm-fleet
+  - frank.llm_fleet.host_options.UNIT
 """
 
 EXAMPLES = r"""
@@ -214,51 +106,20 @@ elapsed:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit, report
-
-ARGUMENT_SPEC = {
-    "name": {"type": "str", "required": True},
-    "command": {"type": "list", "elements": "str"},
-    "stop_command": {"type": "list", "elements": "str"},
-    "pre_start": {"type": "list", "elements": "list", "default": []},
-    "description": {"type": "str", "default": ""},
-    "user": {"type": "str", "default": ""},
-    "group": {"type": "str", "default": ""},
-    "environment": {"type": "dict", "default": {}},
-    "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-    "working_directory": {"type": "str", "default": ""},
-    "restart_sec": {"type": "int", "default": 5},
-    "timeout_start_sec": {"type": "int", "default": 900},
-    "timeout_stop_sec": {"type": "int", "default": 120},
-    "extra_service": {"type": "dict", "default": {}},
-    "state": {"type": "str", "choices": ["started", "stopped", "absent"], "default": "started"},
-    "enabled": {"type": "bool", "default": True},
-    "restart": {"type": "bool", "default": False},
-    "health": {
-        "type": "dict",
-        "options": {
-            "port": {"type": "int", "required": True},
-            "host": {"type": "str", "default": "127.0.0.1"},
-            "served_id": {"type": "str", "default": ""},
-            "container": {"type": "str", "default": ""},
-            "timeout": {"type": "int", "default": 300},
-            "allowed_restarts": {"type": "int", "default": 0},
-        },
-    },
-    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-    "env_dir": {"type": "path", "default": "/etc/llm-fleet"},
-}
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
+        argument_spec=UNIT_OPTIONS,
         required_if=[("state", "started", ["command"]), ("state", "stopped", ["command"])],
         supports_check_mode=True,
     )
     if module.params["state"] == "absent":
-        report(module, lambda: remove_unit(module.params, module.run_command, module.check_mode))
+        report(module, lambda: remove_unit(module.params, Host(module.run_command, module.check_mode)))
     else:
-        report(module, lambda: ensure_unit(module.params, module.run_command, module.check_mode, module._diff))
+        report(module, lambda: ensure_unit(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Every test here runs antsibull-changelog: the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 # The interpreter running pytest is the venv's, so this is the pinned antsibull-changelog.
 ANTSIBULL_CHANGELOG = [sys.executable, "-m", "antsibull_changelog"]

@@ -6,6 +6,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,7 @@ def test_generated_shape_keys_are_in_sync_with_their_generator():
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow  # reads the inventory through ansible-inventory
 def test_budget_of_an_inventory_endpoint_takes_its_devices_and_draws_a_png(tmp_path):
     picture = tmp_path / "ledger.png"
     proc = run("budget", "--endpoint", "frank-primary", "-i", "inventories/production", "--png", str(picture))
@@ -64,6 +66,7 @@ def test_budget_of_an_inventory_endpoint_takes_its_devices_and_draws_a_png(tmp_p
         assert image.format == "PNG" and image.size == (1000, 600)
 
 
+@pytest.mark.slow  # reads the inventory through ansible-inventory
 def test_budget_names_the_inventorys_endpoints_and_the_removed_flags():
     proc = run("budget", "--endpoint", "dankserver", "-i", "inventories/production")
     assert proc.returncode != 0 and "frank-primary, frank-secondary, frank-large" in proc.stderr

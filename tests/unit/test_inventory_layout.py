@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Every test here runs ansible-inventory or ansible-playbook: the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{BIN}:{os.environ['PATH']}"}

@@ -10,6 +10,9 @@ import pytest
 import yaml
 from hub_payload import GATED, REPO, TOKEN
 
+# Every test here runs ansible-playbook (seconds each): the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -137,3 +140,41 @@ def test_endpoint_bench_sends_nothing_in_check_mode(tmp_path):
     assert proc.returncode == 0 and not result["changed"] and "check mode" in result["msg"]
     proc, [result] = play(tmp_path, [task])
     assert proc.returncode != 0 and "127.0.0.1:9" in result["msg"]
+
+
+def test_endpoint_deploy_refuses_a_mistyped_nested_key_before_the_host_changes(tmp_path):
+    engine = {"name": "e", "image": "localhost/engine:1", "digest": "sha256:" + "0" * 64}
+    unit = {"name": "e.service", "health": {"port": 7771}}
+    probe = {"port": 7771, "served_id": "e"}
+    typos = [
+        ({**engine, "cgroup": "disabled"}, unit, probe, "engine.cgroup"),
+        (engine, {**unit, "health": {"port": 7771, "timout": 9}}, probe, "unit.health.timout"),
+        (engine, unit, {**probe, "max_token": 8}, "probe.max_token"),
+    ]
+    tasks = [
+        {
+            "frank.llm_fleet.endpoint_deploy": {"engine": e, "unit": u, "probe": p, "record_dir": str(tmp_path / "record")},
+            "ignore_errors": True,
+        }
+        for e, u, p, _key in typos
+    ]
+    proc, results = play(tmp_path, tasks)
+    assert len(results) == len(typos), proc.stdout[-2000:]
+    for result, (_e, _u, _p, key) in zip(results, typos, strict=True):
+        assert result["failed"] and not result.get("changed"), result
+        assert "Unsupported parameters" in result["msg"] and key in result["msg"], result["msg"]
+    assert not (tmp_path / "record").exists()
+
+
+def test_endpoint_probe_is_the_deploys_probe(tmp_path):
+    from test_probes import Engine, make_server
+
+    servers = [make_server(Engine()), make_server(Engine(empty=True))]
+    try:
+        probes = [{"frank.llm_fleet.endpoint_probe": {"port": s.server_address[1], "served_id": "m", "tools": True}, "ignore_errors": True} for s in servers]
+        proc, [green, empty] = play(tmp_path, probes, check=True)
+    finally:
+        for server in servers:
+            server.shutdown()
+    assert not green.get("failed") and not green["changed"] and green["completion"] == "hello there", proc.stdout[-2000:]
+    assert empty["failed"] and "0 completion tokens" in empty["msg"]

@@ -94,6 +94,7 @@ def test_dashboard_panels_only_for_exported_series():
     assert observability.check_dashboard(board, "llamacpp", EXPORTED["llamacpp"])  # wrong namespace is caught
 
 
+@pytest.mark.slow  # llm-fleet generate (ansible-inventory), promtool or ansible-doc
 def test_changing_the_runtime_moves_rules_and_dashboard_to_the_other_namespace(inventory, tmp_path):
     out = tmp_path / "out"
     assert generate(inventory, out).returncode == 0
@@ -118,6 +119,7 @@ def test_changing_the_runtime_moves_rules_and_dashboard_to_the_other_namespace(i
     assert not any("vllm:" in t["expr"] for p in board["panels"] for t in p["targets"])
 
 
+@pytest.mark.slow  # llm-fleet generate (ansible-inventory), promtool or ansible-doc
 def test_models_window_follows_a_context_change_by_the_law(inventory, tmp_path):
     out = tmp_path / "out"
     assert generate(inventory, out).returncode == 0
@@ -133,6 +135,7 @@ def test_models_window_follows_a_context_change_by_the_law(inventory, tmp_path):
     assert "0 changed" in rerun.stderr and "changed:" not in rerun.stdout
 
 
+@pytest.mark.slow  # llm-fleet generate (ansible-inventory), promtool or ansible-doc
 def test_llamacpp_window_is_the_per_slot_window_and_a_projector_adds_images(inventory, tmp_path):
     out = tmp_path / "out"
     assert generate(inventory, out).returncode == 0
@@ -142,6 +145,7 @@ def test_llamacpp_window_is_the_per_slot_window_and_a_projector_adds_images(inve
     assert secondary["baseUrl"] == "http://dankclaw:7771/v1"
 
 
+@pytest.mark.slow  # llm-fleet generate (ansible-inventory), promtool or ansible-doc
 def test_models_dir_and_check_mode(inventory, tmp_path):
     out, models = tmp_path / "out", tmp_path / "harness"
     proc = generate(inventory, out, "--models-dir", str(models), "--check")
@@ -153,6 +157,7 @@ def test_models_dir_and_check_mode(inventory, tmp_path):
 
 
 @pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool is installed by `make setup`")
+@pytest.mark.slow  # llm-fleet generate (ansible-inventory), promtool or ansible-doc
 def test_promtool_accepts_the_generated_config_and_rules(tmp_path):
     for inventory in ("inventories/production", "inventories/lab"):
         out = tmp_path / Path(inventory).name
@@ -166,6 +171,7 @@ def test_promtool_accepts_the_generated_config_and_rules(tmp_path):
 
 
 @pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool is installed by `make setup`")
+@pytest.mark.slow  # llm-fleet generate (ansible-inventory), promtool or ansible-doc
 def test_promtool_fires_the_alerts_on_synthetic_series(tmp_path):
     out = tmp_path / "out"
     assert generate(ROOT / "inventories" / "production", out, "--calibration-dir", str(tmp_path / "none")).returncode == 0
@@ -216,6 +222,7 @@ def _alert(severity, summary, **series_labels):
     return {"exp_labels": labels, "exp_annotations": {"summary": summary}}
 
 
+@pytest.mark.slow  # llm-fleet generate (ansible-inventory), promtool or ansible-doc
 def test_docs_are_current_and_the_index_links_every_page():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_docs.py"), "--check"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The host-side deploy steps, shared by the podman_engine, systemd_root_unit and endpoint_deploy
 modules: ensure an engine container's description and env file, ensure a root unit (render,
-install, start, health gate). Each returns the result a module reports; commands run through one
-`runner(argv) -> (rc, stdout, stderr)`.
+install, start, health gate). Each returns the result a module reports; everything it runs or
+writes passes through one Host (host_runner.py), which changes nothing in check mode.
 """
 
 from __future__ import annotations
@@ -12,38 +12,20 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, HEALTH_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS, with_defaults
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, Runner, UnitManager, boottime
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, UnitManager, boottime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
 
-ENGINE_KEYS = (
-    "name",
-    "image",
-    "digest",
-    "command",
-    "entrypoint",
-    "model_dir",
-    "model_mount",
-    "cache_dir",
-    "cache_mount",
-    "gpu_vendor",
-    "gpu_devices",
-    "network",
-    "publish",
-    "ipc",
-    "shm_size",
-    "ulimits",
-    "runtime",
-    "cgroups",
-    "stop_timeout",
-    "extra_args",
-    "labels",
-)
+# Every container setting but the environment, which arrives merged with the secrets.
+ENGINE_KEYS = tuple(f.name for f in fields(EngineContainer) if f.name != "environment")
 
 
 class StepError(RuntimeError):
@@ -64,11 +46,12 @@ def report(module: Any, step: Callable[[], dict[str, Any]]) -> None:
     module.exit_json(**result)
 
 
-def ensure_engine(params: dict[str, Any], run: Runner, check_mode: bool, diff: bool) -> dict[str, Any]:
+def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any]:
     """podman_engine's work: image digest gate, env file, the unit's argv (state present)."""
-    env_file = params.get("env_file") or f"/etc/llm-fleet/{params['name']}.podman.env"
+    params = with_defaults(ENGINE_OPTIONS, params)
+    env_file = params["env_file"] or f"/etc/llm-fleet/{params['name']}.podman.env"
     result: dict[str, Any] = {"changed": False}
-    environment = {k: str(v) for k, v in {**(params.get("environment") or {}), **(params.get("secret_environment") or {})}.items()}
+    environment = {k: str(v) for k, v in {**params["environment"], **params["secret_environment"]}.items()}
     engine = EngineContainer(**{key: params[key] for key in ENGINE_KEYS if params.get(key) is not None}, environment=environment)
     try:
         engine.validate()
@@ -76,13 +59,13 @@ def ensure_engine(params: dict[str, Any], run: Runner, check_mode: bool, diff: b
     except EngineError as exc:
         raise StepError(str(exc), result) from None
 
-    inspect = _image_inspect(run, params["image"])
-    if inspect is None and params.get("pull") == "missing" and not check_mode:
-        rc, _out, err = run([PODMAN, "pull", engine.image_ref])
+    inspect = _image_inspect(host, params["image"])
+    if inspect is None and params["pull"] == "missing" and not host.check_mode:
+        rc, _out, err = host.change([PODMAN, "pull", engine.image_ref])
         if rc != 0:
             raise StepError(f"image {params['image']} is missing and pulling {engine.image_ref} failed: {err.strip()}", result)
         result["changed"] = True
-        inspect = _image_inspect(run, engine.image_ref)
+        inspect = _image_inspect(host, engine.image_ref)
     ok, verdict = digest_verdict(inspect, params["image"], params["digest"])
     result["image"] = verdict
     if not ok:
@@ -95,14 +78,11 @@ def ensure_engine(params: dict[str, Any], run: Runner, check_mode: bool, diff: b
             result["changed"] = True
             if diff:
                 result["diff"] = {"before": f"{env_file}: {'absent' if before is None else 'present'}\n", "after": f"{env_file}: rendered (values hidden)\n"}
-            if not check_mode:
-                os.makedirs(os.path.dirname(env_file), mode=0o755, exist_ok=True)
-                write_atomically(env_file, env_text, 0o600)
-    cache_dir = params.get("cache_dir")
+            host.write(env_file, env_text, 0o600)
+    cache_dir = params["cache_dir"]
     if cache_dir and not os.path.isdir(cache_dir):
         result["changed"] = True
-        if not check_mode:
-            os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+        host.makedirs(cache_dir)
     result.update(
         run_argv=engine.run_argv(env_file if env_text is not None else None),
         stop_argv=engine.stop_argv(),
@@ -112,8 +92,8 @@ def ensure_engine(params: dict[str, Any], run: Runner, check_mode: bool, diff: b
     return result
 
 
-def _image_inspect(run: Runner, image: str) -> list[Any] | None:
-    rc, out, _err = run([PODMAN, "image", "inspect", image])
+def _image_inspect(host: Host, image: str) -> list[Any] | None:
+    rc, out, _err = host.query([PODMAN, "image", "inspect", image])
     if rc != 0:
         return None
     try:
@@ -122,53 +102,54 @@ def _image_inspect(run: Runner, image: str) -> list[Any] | None:
         return None
 
 
-def remove_engine(params: dict[str, Any], run: Runner, check_mode: bool) -> dict[str, Any]:
+def remove_engine(params: dict[str, Any], host: Host) -> dict[str, Any]:
     """podman_engine state=absent: only this container (by exact name) and its env file."""
-    env_file = params.get("env_file") or f"/etc/llm-fleet/{params['name']}.podman.env"
-    exists = run([PODMAN, "container", "exists", params["name"]])[0] == 0
+    params = with_defaults(ENGINE_OPTIONS, params)
+    env_file = params["env_file"] or f"/etc/llm-fleet/{params['name']}.podman.env"
+    exists = host.query([PODMAN, "container", "exists", params["name"]])[0] == 0
     has_env = os.path.exists(env_file)
     result = {"changed": exists or has_env}
-    if not check_mode:
-        if exists:
-            rc, _out, err = run([PODMAN, "rm", "--force", "--ignore", "--time", str(params.get("stop_timeout", 30)), params["name"]])
-            if rc != 0:
-                raise StepError(f"podman rm {params['name']} failed: {err.strip()}", result)
-        if has_env:
-            os.unlink(env_file)
+    if exists:
+        rc, _out, err = host.change([PODMAN, "rm", "--force", "--ignore", "--time", str(params["stop_timeout"]), params["name"]])
+        if rc != 0:
+            raise StepError(f"podman rm {params['name']} failed: {err.strip()}", result)
+    if has_env:
+        host.remove(env_file)
     return result
 
 
-def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: bool) -> dict[str, Any]:
+def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any]:
     """systemd_root_unit's work for state started/stopped: render, install, (re)start, health gate."""
     begun = time.monotonic()
+    params = with_defaults(UNIT_OPTIONS, params)
     name = params["name"]
-    unit_path = os.path.join(params.get("unit_dir") or "/etc/systemd/system", name)
-    env_dir = params.get("env_dir") or "/etc/llm-fleet"
+    unit_path = os.path.join(params["unit_dir"], name)
+    env_dir = params["env_dir"]
     env_path = os.path.join(env_dir, name.rsplit(".", 1)[0] + ".env")
-    manager = UnitManager(run)
+    manager = UnitManager(host)
     result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
 
     def elapsed() -> float:
         return round(time.monotonic() - begun, 2)
 
-    secret = params.get("secret_environment") or {}
-    environment = {k: str(v) for k, v in {**(params.get("environment") or {}), **secret}.items()}
+    secret = params["secret_environment"]
+    environment = {k: str(v) for k, v in {**params["environment"], **secret}.items()}
     try:
         env_text = render_env_file(environment) if environment else None
         spec = UnitSpec(
             name=name,
             command=list(params["command"]),
-            description=params.get("description") or "",
-            stop_command=list(params.get("stop_command") or []),
-            pre_start=[list(argv) for argv in params.get("pre_start") or []],
-            user=params.get("user") or "",
-            group=params.get("group") or "",
+            description=params["description"],
+            stop_command=list(params["stop_command"] or []),
+            pre_start=[list(argv) for argv in params["pre_start"]],
+            user=params["user"],
+            group=params["group"],
             environment_file=env_path if env_text else "",
-            working_directory=params.get("working_directory") or "",
-            restart_sec=int(params.get("restart_sec", 5)),
-            timeout_start_sec=int(params.get("timeout_start_sec", 900)),
-            timeout_stop_sec=int(params.get("timeout_stop_sec", 120)),
-            extra_service={k: str(v) for k, v in (params.get("extra_service") or {}).items()},
+            working_directory=params["working_directory"],
+            restart_sec=int(params["restart_sec"]),
+            timeout_start_sec=int(params["timeout_start_sec"]),
+            timeout_stop_sec=int(params["timeout_stop_sec"]),
+            extra_service={k: str(v) for k, v in params["extra_service"].items()},
         )
         unit_text = render_unit(spec)
     except (UnitError, KeyError, TypeError, ValueError) as exc:
@@ -184,25 +165,25 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
     if env_text:
         result["env_path"] = env_path
         result["env_changed"] = env_changed  # the values themselves are never returned
-    restart = bool(params.get("restart"))
-    if check_mode:
+    restart = bool(params["restart"])
+    if env_changed and env_text is not None:
+        host.write(env_path, env_text, 0o600 if secret else 0o640)
+    if unit_changed:
+        host.write(unit_path, unit_text, 0o644)
+    if host.check_mode:
+        # What would change is known from the content; the start and the health gate need a real start.
         result["changed"] = content_changed or restart
         result["elapsed"] = elapsed()
         return result
 
-    health_params = params.get("health")
+    health_params = params["health"]
     health = _health_spec(health_params) if health_params else None
     try:
-        if env_changed and env_text is not None:
-            os.makedirs(env_dir, mode=0o755, exist_ok=True)
-            write_atomically(env_path, env_text, 0o600 if secret else 0o640)
-        if unit_changed:
-            write_atomically(unit_path, unit_text, 0o644)
         if content_changed:
             manager.daemon_reload()
             result["changed"] = True
         props = manager.show(name)
-        enabled = params.get("enabled", True)
+        enabled = params["enabled"]
         if enabled and props.get("UnitFileState") != "enabled":
             manager.systemctl("enable", name)
             result["changed"] = True
@@ -210,7 +191,7 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
             manager.systemctl("disable", name)
             result["changed"] = True
 
-        if params.get("state", "started") == "stopped":
+        if params["state"] == "stopped":
             if props.get("ActiveState") not in ("inactive", "failed"):
                 manager.systemctl("stop", name)
                 result["changed"] = True
@@ -233,40 +214,43 @@ def ensure_unit(params: dict[str, Any], run: Runner, check_mode: bool, diff: boo
         final = manager.show(name)
         result.update(main_pid=int(final.get("MainPID", 0) or 0), n_restarts=int(final.get("NRestarts", 0) or 0), active_state=final.get("ActiveState", ""))
     except GateError as exc:
-        raise StepError(str(exc), {**result, **exc.details, "elapsed": elapsed()}) from None
+        # A refused systemctl call says little by itself; the unit's journal says why.
+        journal = exc.details.get("journal") or manager.journal(name)
+        raise StepError(str(exc), {**result, **exc.details, "journal": journal, "elapsed": elapsed()}) from None
     result["elapsed"] = elapsed()
     return result
 
 
 def _health_spec(params: dict[str, Any]) -> HealthSpec:
     """Health options as given by a module or a role (templated values may arrive as strings)."""
-    given = {k: v for k, v in params.items() if v is not None}
+    given = with_defaults(HEALTH_OPTIONS, params)
     try:
         return HealthSpec(
             port=int(given["port"]),
-            host=str(given.get("host", "127.0.0.1")),
-            served_id=str(given.get("served_id", "")),
-            container=str(given.get("container", "")),
-            timeout=float(given.get("timeout", 300)),
-            allowed_restarts=int(given.get("allowed_restarts", 0)),
+            host=str(given["host"]),
+            served_id=str(given["served_id"]),
+            container=str(given["container"]),
+            timeout=float(given["timeout"]),
+            allowed_restarts=int(given["allowed_restarts"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StepError(f"health: needs a numeric port, timeout and allowed_restarts ({exc})", {}) from None
 
 
-def remove_unit(params: dict[str, Any], run: Runner, check_mode: bool) -> dict[str, Any]:
+def remove_unit(params: dict[str, Any], host: Host) -> dict[str, Any]:
     """systemd_root_unit state=absent: stop, disable and remove the unit and its env file."""
+    params = with_defaults(UNIT_OPTIONS, params)
     name = params["name"]
-    unit_path = os.path.join(params.get("unit_dir") or "/etc/systemd/system", name)
-    env_path = os.path.join(params.get("env_dir") or "/etc/llm-fleet", name.rsplit(".", 1)[0] + ".env")
-    manager = UnitManager(run)
+    unit_path = os.path.join(params["unit_dir"], name)
+    env_path = os.path.join(params["env_dir"], name.rsplit(".", 1)[0] + ".env")
+    manager = UnitManager(host)
     result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
     before = read_text(unit_path)
     if before is None and read_text(env_path) is None:
         return result
     result["changed"] = True
     result["diff"] = {"before": before or "", "after": "", "before_header": unit_path}
-    if not check_mode:
+    try:
         props = manager.show(name)
         if props.get("ActiveState") not in ("inactive", "failed", None):
             manager.systemctl("stop", name)
@@ -274,8 +258,10 @@ def remove_unit(params: dict[str, Any], run: Runner, check_mode: bool) -> dict[s
             manager.systemctl("disable", name)
         for path in (unit_path, env_path):
             if os.path.exists(path):
-                os.unlink(path)
+                host.remove(path)
         manager.daemon_reload()
+    except GateError as exc:
+        raise StepError(str(exc), {**result, **exc.details}) from None
     return result
 
 
@@ -329,3 +315,18 @@ def chat_probe(
         if int(seen.get("usage", {}).get("completion_tokens", 0)) <= 0:
             raise StepError("image probe: no completion for an image (is the projector loaded?)", {})
     return content
+
+
+def run_probe(params: dict[str, Any]) -> str:
+    """The smoke probes as the `probe` options (host/specs.py PROBE_OPTIONS) describe them."""
+    probe = with_defaults(PROBE_OPTIONS, params)
+    return chat_probe(
+        probe["host"],
+        int(probe["port"]),
+        probe["served_id"],
+        probe["prompt"],
+        int(probe["max_tokens"]),
+        tools=bool(probe["tools"]),
+        image=bool(probe["image"]),
+        timeout=float(probe["timeout"]),
+    )

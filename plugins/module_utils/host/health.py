@@ -4,8 +4,10 @@
 
 Green only when the unit is active, the listener on the port is this unit's (cgroup) or its
 container's engine process, it started after this start, /health answers OK and /v1/models lists
-the served id. A growing NRestarts during the wait is a crash loop and fails fast. Every failure
-carries the unit's last journal lines.
+the served id. A growing NRestarts during the wait is a crash loop and fails fast, and so do a
+foreign listener and a 401/403 (waiting cannot make an engine drop its key). Every failure carries
+the unit's last journal lines. The clock, the sleep and the HTTP GET are parameters, so tests run
+the whole wait in milliseconds.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,9 +62,23 @@ def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int
         conn.close()
 
 
-def wait_healthy(manager: UnitManager, unit: str, health: HealthSpec, started_at: float, restarts_before: int) -> HealthReport:
-    deadline = time.monotonic() + health.timeout
-    begun = time.monotonic()
+HttpGet = Callable[[str, int, str], tuple[int, bytes]]
+# Answers that say the engine wants credentials the gate does not send: no wait can change them.
+_REFUSED = {401: "401 Unauthorized", 403: "403 Forbidden"}
+
+
+def wait_healthy(
+    manager: UnitManager,
+    unit: str,
+    health: HealthSpec,
+    started_at: float,
+    restarts_before: int,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    get: HttpGet = http_get,
+) -> HealthReport:
+    deadline = clock() + health.timeout
+    begun = clock()
     last_reason = "not checked yet"
     report = HealthReport(False)
     while True:
@@ -69,26 +86,26 @@ def wait_healthy(manager: UnitManager, unit: str, health: HealthSpec, started_at
         report.main_pid = int(props.get("MainPID", "0") or 0)
         report.n_restarts = int(props.get("NRestarts", "0") or 0)
         report.active_state = props.get("ActiveState", "")
-        report.elapsed_s = time.monotonic() - begun
+        report.elapsed_s = clock() - begun
         if report.n_restarts > restarts_before + health.allowed_restarts:
             raise _fail(manager, unit, f"{unit} is crash-looping: NRestarts went {restarts_before} -> {report.n_restarts} during the health wait", report)
         if report.active_state == "failed":
             raise _fail(manager, unit, f"{unit} failed to start", report)
         if report.active_state == "active":
-            reason = _probe(manager, unit, props.get("ControlGroup", ""), health, started_at, report)
+            reason = _probe(manager, unit, props.get("ControlGroup", ""), health, started_at, report, get)
             if reason is None:
                 report.healthy = True
                 return report
             last_reason = reason
         else:
             last_reason = f"unit is {report.active_state}/{props.get('SubState', '')}"
-        if time.monotonic() > deadline:
+        if clock() > deadline:
             raise _fail(manager, unit, f"{unit} not healthy after {health.timeout:.0f} s: {last_reason}", report)
-        time.sleep(health.interval)
+        sleep(health.interval)
 
 
-def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, started_at: float, report: HealthReport) -> str | None:
-    """None when green; else why not yet. A foreign listener fails at once."""
+def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, started_at: float, report: HealthReport, get: HttpGet) -> str | None:
+    """None when green; else why not yet. A foreign listener and a 401/403 fail at once."""
     listeners = manager.listeners(health.port)
     if not listeners:
         return f"nothing listens on port {health.port} yet"
@@ -106,10 +123,12 @@ def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, sta
     if owned is None:
         return waiting
     report.listener_pid, report.listener_cmdline, report.ownership = owned.pid, owned.cmdline, owned.reason
-    status, _body = http_get(health.host, health.port, health.health_path)
+    status, _body = get(health.host, health.port, health.health_path)
+    _refuse_credentials(manager, unit, health, health.health_path, status, report)
     if status != 200:
         return f"{health.health_path} answered {status or 'nothing'}"
-    status, body = http_get(health.host, health.port, health.models_path)
+    status, body = get(health.host, health.port, health.models_path)
+    _refuse_credentials(manager, unit, health, health.models_path, status, report)
     if status != 200:
         return f"{health.models_path} answered {status or 'nothing'}"
     try:
@@ -119,6 +138,17 @@ def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, sta
     if health.served_id and health.served_id not in report.models:
         return f"{health.models_path} lists {report.models}, not {health.served_id!r}"
     return None
+
+
+def _refuse_credentials(manager: UnitManager, unit: str, health: HealthSpec, path: str, status: int, report: HealthReport) -> None:
+    if status in _REFUSED:
+        raise _fail(
+            manager,
+            unit,
+            f"{unit}: {path} on port {health.port} answered {_REFUSED[status]}: the engine wants credentials the health gate does not "
+            f"send, and waiting will not change that; let {path} answer without a key, or drop the engine's API key",
+            report,
+        )
 
 
 def _fail(manager: UnitManager, unit: str, message: str, report: HealthReport) -> GateError:

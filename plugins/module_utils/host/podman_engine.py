@@ -21,6 +21,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, default
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 LABEL_PREFIX = "io.frank.llm-fleet"
@@ -35,25 +37,25 @@ class EngineContainer:
     name: str
     image: str  # repository[:tag], without the digest
     digest: str  # sha256:...
-    command: list[str] = field(default_factory=list)  # arguments after the image
+    command: list[str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "command"))  # arguments after the image
     entrypoint: str | None = None
     model_dir: str = ""
-    model_mount: str = "/models"
+    model_mount: str = default(ENGINE_OPTIONS, "model_mount")
     cache_dir: str = ""
-    cache_mount: str = "/cache"
-    gpu_vendor: str = "none"  # amd | nvidia | none
-    gpu_devices: list[str] = field(default_factory=list)  # NVIDIA CDI names or extra device paths
-    network: str = "host"
-    publish: list[str] = field(default_factory=list)
-    ipc: str = "host"
-    shm_size: str = ""
-    ulimits: list[str] = field(default_factory=list)
-    environment: dict[str, str] = field(default_factory=dict)
-    runtime: str = ""
-    cgroups: str = ""
-    stop_timeout: int = 30
-    extra_args: list[str] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)
+    cache_mount: str = default(ENGINE_OPTIONS, "cache_mount")
+    gpu_vendor: str = default(ENGINE_OPTIONS, "gpu_vendor")  # amd | nvidia | none
+    gpu_devices: list[str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "gpu_devices"))  # NVIDIA CDI names or extra device paths
+    network: str = default(ENGINE_OPTIONS, "network")
+    publish: list[str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "publish"))
+    ipc: str = default(ENGINE_OPTIONS, "ipc")
+    shm_size: str = default(ENGINE_OPTIONS, "shm_size")
+    ulimits: list[str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "ulimits"))
+    environment: dict[str, str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "environment"))
+    runtime: str = default(ENGINE_OPTIONS, "runtime")
+    cgroups: str = default(ENGINE_OPTIONS, "cgroups")
+    stop_timeout: int = default(ENGINE_OPTIONS, "stop_timeout")
+    extra_args: list[str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "extra_args"))
+    labels: dict[str, str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "labels"))
 
     def validate(self) -> None:
         if not _NAME_RE.match(self.name):

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS, default
+
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
 # Inside double quotes both systemd's EnvironmentFile parser and a POSIX shell unescape exactly
@@ -74,23 +76,23 @@ def render_env_file(environment: dict[str, str]) -> str:
 class UnitSpec:
     name: str
     command: list[str]
-    description: str = ""
+    description: str = default(UNIT_OPTIONS, "description")
     stop_command: list[str] = field(default_factory=list)
-    pre_start: list[list[str]] = field(default_factory=list)
-    user: str = ""
-    group: str = ""
+    pre_start: list[list[str]] = field(default_factory=lambda: default(UNIT_OPTIONS, "pre_start"))
+    user: str = default(UNIT_OPTIONS, "user")
+    group: str = default(UNIT_OPTIONS, "group")
     environment_file: str = ""
-    working_directory: str = ""
-    restart_sec: int = 5
-    timeout_start_sec: int = 900
-    timeout_stop_sec: int = 120
+    working_directory: str = default(UNIT_OPTIONS, "working_directory")
+    restart_sec: int = default(UNIT_OPTIONS, "restart_sec")
+    timeout_start_sec: int = default(UNIT_OPTIONS, "timeout_start_sec")
+    timeout_stop_sec: int = default(UNIT_OPTIONS, "timeout_stop_sec")
     oom_score_adjust: int = -500
     limit_memlock: str = "infinity"
     limit_nofile: int | None = 65536
     after: list[str] = field(default_factory=lambda: ["network-online.target"])
     wants: list[str] = field(default_factory=lambda: ["network-online.target"])
     kill_mode: str = "control-group"
-    extra_service: dict[str, str] = field(default_factory=dict)
+    extra_service: dict[str, str] = field(default_factory=lambda: default(UNIT_OPTIONS, "extra_service"))
 
     def validate(self) -> None:
         if not _UNIT_NAME_RE.match(self.name):

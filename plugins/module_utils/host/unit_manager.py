@@ -6,19 +6,19 @@ Sequence: stop the unit's own previous instance -> clear the engine container's 
 -> port gate (a foreign listener fails, named by PID and command line) -> start -> health gate
 (health.py). Every failure carries the unit's last journal lines.
 
-Commands run through one `runner(argv) -> (rc, stdout, stderr)`, so tests can drive the logic.
+Commands run through a Host (host_runner.py): queries always, changes only outside check mode,
+so tests drive the logic with a fake runner.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.port_owner import judge_listener, listeners_on, read_proc
-
-Runner = Callable[[list[str]], tuple[int, str, str]]
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import HEALTH_OPTIONS, default
 
 SYSTEMCTL = "/usr/bin/systemctl"
 JOURNALCTL = "/usr/bin/journalctl"
@@ -40,14 +40,14 @@ class HealthSpec:
     """What the unit serves: the port gate reads the port and container, the health gate (health.py) all of it."""
 
     port: int
-    host: str = "127.0.0.1"
-    served_id: str = ""
-    container: str = ""  # the engine container's name when the unit runs podman
-    timeout: float = 300.0
+    host: str = default(HEALTH_OPTIONS, "host")
+    served_id: str = default(HEALTH_OPTIONS, "served_id")
+    container: str = default(HEALTH_OPTIONS, "container")  # the engine container's name when the unit runs podman
+    timeout: float = default(HEALTH_OPTIONS, "timeout")
     health_path: str = "/health"
     models_path: str = "/v1/models"
     interval: float = 0.5
-    allowed_restarts: int = 0
+    allowed_restarts: int = default(HEALTH_OPTIONS, "allowed_restarts")
 
 
 def boottime() -> float:
@@ -56,12 +56,12 @@ def boottime() -> float:
 
 
 class UnitManager:
-    def __init__(self, runner: Runner, proc: str = "/proc") -> None:
-        self.run = runner
+    def __init__(self, host: Host, proc: str = "/proc") -> None:
+        self.host = host
         self.proc = proc
 
-    def _check(self, argv: list[str]) -> str:
-        rc, out, err = self.run(argv)
+    def _check(self, argv: list[str], change: bool = False) -> str:
+        rc, out, err = (self.host.change if change else self.host.query)(argv)
         if rc != 0:
             raise GateError(f"{' '.join(argv)} failed ({rc}): {err.strip() or out.strip()}")
         return out
@@ -72,19 +72,19 @@ class UnitManager:
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
     def journal(self, unit: str, lines: int = 40) -> list[str]:
-        _rc, out, _err = self.run([JOURNALCTL, "--unit", unit, "--lines", str(lines), "--no-pager", "--output", "cat"])
+        _rc, out, _err = self.host.query([JOURNALCTL, "--unit", unit, "--lines", str(lines), "--no-pager", "--output", "cat"])
         return out.splitlines()[-lines:]
 
     def daemon_reload(self) -> None:
-        self._check([SYSTEMCTL, "daemon-reload"])
+        self._check([SYSTEMCTL, "daemon-reload"], change=True)
 
     def systemctl(self, verb: str, unit: str) -> None:
-        self._check([SYSTEMCTL, verb, unit])
+        self._check([SYSTEMCTL, verb, unit], change=True)
 
     def container_pid(self, name: str) -> int | None:
         if not name:
             return None
-        rc, out, _err = self.run([PODMAN, "inspect", "--format", "{{.State.Pid}}", name])
+        rc, out, _err = self.host.query([PODMAN, "inspect", "--format", "{{.State.Pid}}", name])
         if rc != 0:
             return None
         try:
@@ -95,10 +95,10 @@ class UnitManager:
 
     def remove_container(self, name: str) -> bool:
         """Remove exactly the engine's own container name (a stale registration or survivor)."""
-        rc, _out, _err = self.run([PODMAN, "container", "exists", name])
+        rc, _out, _err = self.host.query([PODMAN, "container", "exists", name])
         if rc != 0:
             return False
-        self._check([PODMAN, "rm", "--force", "--ignore", "--time", "5", name])
+        self._check([PODMAN, "rm", "--force", "--ignore", "--time", "5", name], change=True)
         return True
 
     def listeners(self, port: int) -> list[tuple[int, str]]:

@@ -1,0 +1,53 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one choke point for what the host steps do: a query (systemctl show, ss, podman inspect)
+runs always, a change (a command that mutates, a file written or removed, a directory made) is
+recorded in `actions` and runs only outside check mode. So check mode cannot mutate by a
+forgotten branch, and a result can say what a deploy did (or would do).
+
+Actions hold argv and paths only: secrets never travel in argv (they go to env files), and a
+written file is named, never quoted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
+
+Runner = Callable[[list[str]], tuple[int, str, str]]
+
+
+class Host:
+    def __init__(self, run: Runner, check_mode: bool = False) -> None:
+        self._run = run
+        self.check_mode = check_mode
+        self.actions: list[str] = []
+
+    def query(self, argv: list[str]) -> tuple[int, str, str]:
+        """A command that only reads: it runs in check mode too."""
+        return self._run(argv)
+
+    def change(self, argv: list[str]) -> tuple[int, str, str]:
+        """A command that mutates: recorded, and run only outside check mode (there it 'succeeds')."""
+        self.actions.append(" ".join(argv))
+        if self.check_mode:
+            return 0, "", ""
+        return self._run(argv)
+
+    def write(self, path: str, content: str, mode: int, dir_mode: int = 0o755) -> None:
+        self.actions.append(f"write {path} (mode {mode:04o})")
+        if not self.check_mode:
+            os.makedirs(os.path.dirname(path) or ".", mode=dir_mode, exist_ok=True)
+            write_atomically(path, content, mode)
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None:
+        self.actions.append(f"mkdir {path}")
+        if not self.check_mode:
+            os.makedirs(path, mode=mode, exist_ok=True)
+
+    def remove(self, path: str) -> None:
+        self.actions.append(f"remove {path}")
+        if not self.check_mode and os.path.exists(path):
+            os.unlink(path)

@@ -1,0 +1,217 @@
+"""The host steps on a fake host (fake_host.py): ensure_unit's enable/stop/start paths, the health
+wait's fail-fast branches, and endpoint_deploy's rollback branches. No systemd, no sleeps."""
+
+import json
+import sys
+
+import pytest
+from fake_host import SYSTEMCTL, FakeClock, FakeRunner, fake_process, show, ss_listening
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import RECORD_FILE, deploy_endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, HealthSpec, UnitManager
+
+UNIT = "lab.service"
+CGROUP = f"/system.slice/{UNIT}"
+PORT = 7771
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return {"unit_dir": str(tmp_path / "units"), "env_dir": str(tmp_path / "env")}
+
+
+def unit_params(dirs, **overrides):
+    # The interpreter stands in for the engine binary: endpoint_deploy checks it is executable.
+    return {"name": UNIT, "command": [sys.executable, "-m", "http.server"], **dirs, **overrides}
+
+
+# --- ensure_unit -----------------------------------------------------------------------------
+
+START = [f"{SYSTEMCTL} start {UNIT}"]
+STOP = [f"{SYSTEMCTL} stop {UNIT}"]
+NEW = {"LoadState": "not-found", "ActiveState": "inactive"}
+RUNNING = {"LoadState": "loaded", "ActiveState": "active", "UnitFileState": "enabled"}
+FAILED = {"LoadState": "loaded", "ActiveState": "failed", "UnitFileState": "enabled"}
+
+
+@pytest.mark.parametrize(
+    ("case", "props", "overrides", "installed", "expected"),
+    [
+        ("fresh unit: install, reload, enable, start", NEW, {}, False, ["write", "daemon-reload", "enable", *START]),
+        ("installed, enabled, running: nothing to do", RUNNING, {}, True, []),
+        ("installed but dead: start only", FAILED, {}, True, START),
+        ("enabled: false disables", RUNNING, {"enabled": False}, True, [f"{SYSTEMCTL} disable {UNIT}"]),
+        ("state stopped stops a running unit", RUNNING, {"state": "stopped"}, True, STOP),
+        ("state stopped leaves a failed unit alone", FAILED, {"state": "stopped"}, True, []),
+        ("restart: true stops the old instance, then starts", RUNNING, {"restart": True}, True, [*STOP, *START]),
+    ],
+)
+def test_ensure_unit_paths(dirs, case, props, overrides, installed, expected):
+    params = unit_params(dirs, **overrides)
+    if installed:
+        ensure_unit(params, Host(FakeRunner({(SYSTEMCTL, "show"): [show(**props)]})), diff=False)
+    runner = FakeRunner({(SYSTEMCTL, "show"): [show(**props)]})
+    host = Host(runner)
+    result = ensure_unit(params, host, diff=False)
+    actions = [action.split()[0] if action.startswith("write") else action for action in host.actions]
+    actions = [action.replace(f"{SYSTEMCTL} daemon-reload", "daemon-reload").replace(f"{SYSTEMCTL} enable {UNIT}", "enable") for action in actions]
+    assert actions == expected, case
+    assert result["changed"] is bool(expected), case
+
+
+def test_ensure_unit_in_check_mode_reports_and_mutates_nothing(dirs, tmp_path):
+    runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="not-found", ActiveState="inactive")]})
+    host = Host(runner, check_mode=True)
+    result = ensure_unit(unit_params(dirs), host, diff=True)
+    assert result["changed"] and "ExecStart=" in result["diff"]["after"]
+    assert host.actions == [f"write {tmp_path}/units/{UNIT} (mode 0644)"]
+    assert not (tmp_path / "units").exists()
+    assert runner.calls == []
+
+
+def test_a_failing_start_carries_the_journal(dirs):
+    runner = FakeRunner(
+        {
+            (SYSTEMCTL, "show"): [show(LoadState="not-found", ActiveState="inactive")],
+            (SYSTEMCTL, "start"): [(1, "", "Job for lab.service failed")],
+            ("/usr/bin/journalctl",): [(0, "boom: bad flag\n", "")],
+        }
+    )
+    with pytest.raises(StepError, match="Job for lab.service failed") as failure:
+        ensure_unit(unit_params(dirs), Host(runner), diff=False)
+    assert failure.value.result["journal"] == ["boom: bad flag"]
+
+
+# --- wait_healthy ----------------------------------------------------------------------------
+
+
+def health_wait(tmp_path, script, get, timeout=30.0):
+    clock = FakeClock()
+    manager = UnitManager(Host(FakeRunner(script)), proc=str(tmp_path / "proc"))
+    health = HealthSpec(port=PORT, served_id="lab", timeout=timeout)
+    return clock, lambda: wait_healthy(manager, UNIT, health, started_at=100.0, restarts_before=0, clock=clock, sleep=clock.sleep, get=get)
+
+
+def engine_answers(health_status=200, models=("lab",)):
+    def get(_host, _port, path):
+        if path == "/health":
+            return health_status, b""
+        return 200, json.dumps({"data": [{"id": m} for m in models]}).encode()
+
+    return get
+
+
+def models_forbidden(_host, _port, path):
+    return (200, b"") if path == "/health" else (403, b"")
+
+
+ACTIVE = show(ActiveState="active", SubState="running", MainPID=4242, NRestarts=0, ControlGroup=CGROUP)
+
+
+def test_green_when_the_units_fresh_listener_answers(tmp_path):
+    fake_process(tmp_path / "proc", 4242, CGROUP, "llama-server --port 7771", started_s=200)
+    clock, wait = health_wait(tmp_path, {(SYSTEMCTL, "show"): [ACTIVE], ("/usr/bin/ss",): [ss_listening(PORT, 4242)]}, engine_answers())
+    report = wait()
+    assert report.healthy and report.listener_pid == 4242 and report.models == ["lab"]
+    assert clock.sleeps == []
+
+
+@pytest.mark.parametrize(
+    ("case", "show_answers", "listener", "get", "message"),
+    [
+        (
+            "crash loop: NRestarts grows during the wait",
+            [show(ActiveState="activating", NRestarts=0), show(ActiveState="activating", NRestarts=2)],
+            None,
+            engine_answers(),
+            "crash-looping: NRestarts went 0 -> 2",
+        ),
+        ("a foreign listener on the port", [ACTIVE], ("/system.slice/other.service", "python3 -m http.server"), engine_answers(), "a foreign process answers"),
+        ("401 from /health", [ACTIVE], (CGROUP, "llama-server"), engine_answers(health_status=401), "/health on port 7771 answered 401 Unauthorized"),
+        ("403 from /v1/models", [ACTIVE], (CGROUP, "vllm serve"), models_forbidden, "/v1/models on port 7771 answered 403 Forbidden"),
+    ],
+)
+def test_health_wait_fails_fast(tmp_path, case, show_answers, listener, get, message):
+    script = {(SYSTEMCTL, "show"): show_answers}
+    if listener:
+        fake_process(tmp_path / "proc", 4242, listener[0], listener[1], started_s=200)
+        script[("/usr/bin/ss",)] = [ss_listening(PORT, 4242)]
+    clock, wait = health_wait(tmp_path, script, get)
+    with pytest.raises(GateError, match=message) as failure:
+        wait()
+    assert clock.now < 30.0, f"{case}: waited {clock.now} s of a 30 s timeout"
+    assert "journal" in failure.value.details and failure.value.details["health"]["healthy"] is False
+
+
+def test_a_survivor_of_an_earlier_run_is_waited_for_then_times_out(tmp_path):
+    # In the unit's cgroup but started before this start (100 s): not fresh yet, so the gate waits.
+    fake_process(tmp_path / "proc", 4242, CGROUP, "llama-server --port 7771", started_s=50)
+    clock, wait = health_wait(tmp_path, {(SYSTEMCTL, "show"): [ACTIVE], ("/usr/bin/ss",): [ss_listening(PORT, 4242)]}, engine_answers(), timeout=5)
+    with pytest.raises(GateError, match="not healthy after 5 s: PID 4242 .* started before this start"):
+        wait()
+    assert clock.now > 5 and len(clock.sleeps) == 11
+
+
+# --- endpoint_deploy's rollback branches -------------------------------------------------------
+
+DEAD = show(LoadState="loaded", ActiveState="inactive", UnitFileState="enabled", NRestarts=0)
+
+
+def deploy(tmp_path, dirs, description, start_answers, probe=None):
+    runner = FakeRunner({(SYSTEMCTL, "show"): [DEAD], (SYSTEMCTL, "start"): start_answers})
+    params = {"unit": unit_params(dirs, description=description), "record_dir": str(tmp_path / "record"), "rollback": True}
+    if probe:
+        params["probe"] = {"port": PORT, "served_id": "lab"}
+    result = deploy_endpoint(params, Host(runner), diff=False, probe=probe or (lambda _p: "hello"))
+    return runner, result
+
+
+def installed_description(dirs):
+    with open(f"{dirs['unit_dir']}/{UNIT}", encoding="utf-8") as handle:
+        return next(line for line in handle if line.startswith("Description="))
+
+
+OK, FAIL = (0, "", ""), (1, "", "start refused")
+
+
+def failing_probe(_probe):
+    raise StepError("smoke probe: the completion is empty (0 completion tokens)", {})
+
+
+@pytest.mark.parametrize(
+    ("case", "previous", "start_answers", "probe", "message", "rolled_back", "serving", "starts"),
+    [
+        ("no record: nothing to go back to", None, [FAIL], None, "start refused", False, "new", 1),
+        ("the record is this very shape", "new", [FAIL], None, "start refused", False, "new", 1),
+        ("new shape fails, the old one comes back", "old", [FAIL, OK], None, "The last-known-good shape is serving again", True, "old", 2),
+        ("the probe fails, the old one comes back", "old", [OK], failing_probe, "0 completion tokens.*serving again", True, "old", 2),
+        ("restoring fails too", "old", [FAIL], None, "restoring the last-known-good shape failed too .*the endpoint is down", False, "old", 2),
+    ],
+)
+def test_rollback_branches(tmp_path, dirs, case, previous, start_answers, probe, message, rolled_back, serving, starts):
+    if previous:
+        deploy(tmp_path, dirs, previous, [OK])
+    record_before = (tmp_path / "record" / RECORD_FILE).read_text() if previous else None
+    with pytest.raises(StepError, match=message) as failure:
+        deploy(tmp_path, dirs, "new", start_answers, probe)
+    assert failure.value.result["rolled_back"] is rolled_back, case
+    assert installed_description(dirs) == f"Description={serving}\n", case
+    # The failed shape never becomes the last-known-good record.
+    record_after = (tmp_path / "record" / RECORD_FILE).read_text() if previous else None
+    assert record_after == record_before, case
+    assert sum(1 for action in failure.value.result["actions"] if action == f"{SYSTEMCTL} start {UNIT}") == starts, case
+
+
+def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
+    _runner, first = deploy(tmp_path, dirs, "new", [OK], probe=lambda _p: "hello there")
+    steps = first["steps"]
+    assert {name: step["changed"] for name, step in steps.items()} == {"engine": False, "unit": True, "probe": False, "record": True}
+    assert steps["probe"]["completion"] == "hello there"
+    assert [action.split()[0] for action in first["actions"]] == ["write", f"{SYSTEMCTL}", f"{SYSTEMCTL}", "write", "write"]
+    assert first["actions"][-1].startswith(f"write {tmp_path}/record/{RECORD_FILE}")
+    runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")]})
+    again = deploy_endpoint({"unit": unit_params(dirs, description="new"), "record_dir": str(tmp_path / "record")}, Host(runner, check_mode=True), diff=True)
+    assert not again["changed"] and again["actions"] == []
