@@ -49,7 +49,7 @@ def engine_kv_line() -> tuple[int, float]:
 
 def predicted(shape) -> dict:
     devices = [{"name": "lab-cpu", "memory": "2 GiB"}]
-    return price_shape({**shape, "model": str(MODEL), "devices": devices}).kv
+    return price_shape(shape, devices, payload_dir=str(MODEL.parent)).kv
 
 
 def test_green_deploy_serves_a_completion_and_a_rerun_changes_nothing(tmp_path, store):
@@ -112,8 +112,10 @@ def test_sigkill_of_the_engine_worker_restarts_the_unit():
     worker = on_host("pgrep", "-f", "-o", "VLLM::Worker")  # the process that runs the model
     assert worker and worker != listener
     on_host("kill", "-KILL", worker)
+    # The API server may answer /health for a moment after its worker died: wait for the restart first.
+    on_host("timeout", "120", "sh", "-c", f"until [ $(systemctl show -p NRestarts --value {UNIT}) -gt {restarts} ]; do sleep 1; done", check=False)
+    assert int(unit_property(UNIT, "NRestarts")) > restarts, "the unit did not restart the engine"
     assert wait_healthy(PORT, 420), "the endpoint did not come back"
-    assert int(unit_property(UNIT, "NRestarts")) > restarts
     assert on_host("podman", "inspect", "frank-primary", "--format", "{{.State.Pid}}") != listener
     assert served(PORT) == "frank-primary"
 
