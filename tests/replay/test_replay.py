@@ -183,6 +183,22 @@ def test_known_misses_are_few_and_explained():
     assert len(misses) <= 2
 
 
+PRODUCTION_PRIMARY = yaml.safe_load((HERE.parent.parent / "inventories" / "production" / "host_vars" / "frank-primary.yml").read_text())["endpoint_shape"]
+PRODUCTION_PRIMARY_MODEL = "qwen3.8-flash-next-fp8"  # the payload that inventory serves (its header comment)
+
+
+def test_the_production_known_bad_entry_refuses_no_served_shape_of_its_model():
+    served = [c for c in CASES if c["model"] == PRODUCTION_PRIMARY_MODEL and c["outcome"] == "served" and c["runtime"] == "vllm"]
+    assert served
+    for case in served:
+        shape = {**case_shape(case), "known_bad": PRODUCTION_PRIMARY["known_bad"]}
+        try:
+            result = price_shape(shape, case["devices"])
+        except ShapeError:
+            continue  # not priceable from the seeds' fields (test_replay says why)
+        assert "known_bad" not in {v.rule for v in result.failures}, case["id"]
+
+
 def case_params():
     for case in CASES:
         yield pytest.param(case, id=f"{case['id']}-{case['outcome']}")
@@ -203,6 +219,12 @@ def test_replay(case):
         assert result.fits, [v.message for v in result.failures]
     elif not failure.get("gate_can_know"):
         pytest.skip(f"outside a pre-deploy gate: {failure.get('why')}")
+    elif rule == "compile_seqs2" and case["model"] == PRODUCTION_PRIMARY_MODEL:
+        # The production inventory records what this model cannot run (known_bad): that entry must
+        # refuse the seeds' failed shape, for the seeds' reason.
+        refused = price_shape({**case_shape(case), "known_bad": PRODUCTION_PRIMARY["known_bad"]}, case["devices"])
+        assert "known_bad" in {v.rule for v in refused.failures}, [v.message for v in refused.verdicts]
+        return
     elif rule in ARGV_RULES:
         pytest.skip(f"rule {rule}: a known-bad-shape rule of the engine command line, not a budget law ({failure.get('why')})")
     elif rule in BUDGET_RULES:
