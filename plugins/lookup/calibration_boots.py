@@ -27,10 +27,11 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Price frank-primary with its stored boots
+- name: Price an endpoint with its stored boots
   frank.llm_fleet.vram_budget:
-    shape: "{{ frank_primary_shape }}"
-    boots: "{{ lookup('frank.llm_fleet.calibration_boots', 'frank-primary', dir=inventory_dir ~ '/calibration') }}"
+    shape: "{{ endpoint_shape }}"
+    devices: "{{ endpoint_devices }}"
+    boots: "{{ lookup('frank.llm_fleet.calibration_boots', inventory_hostname, dir=inventory_dir ~ '/calibration') }}"
 """
 
 RETURN = r"""

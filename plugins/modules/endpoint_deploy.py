@@ -62,7 +62,7 @@ options:
 EXAMPLES = r"""
 - name: Deploy frank-primary (container) in one call
   frank.llm_fleet.endpoint_deploy:
-    engine: "{{ frank_primary_engine_args }}"
+    engine: "{{ engine_options }}"  # the container options, as podman_engine takes them
     unit:
       name: frank-primary.service
       health: {port: 7770, served_id: frank-primary, container: frank-primary}

@@ -111,7 +111,7 @@ EXAMPLES = r"""
 - name: Fetch what is missing, in the background, with progress
   frank.llm_fleet.hf_payload_gate:
     state: fetch
-    manifest: "{{ frank_large_manifest }}"
+    manifest: "{{ endpoint_payload_manifest }}"
     dest: /srv/models/frank-large
     token: "{{ vault_hf_token }}"
     progress_file: /run/frank-large-fetch.json
