@@ -1,3 +1,3 @@
 """Fixtures for tests/unit."""
 
-from hub_payload import hub  # noqa: F401 (the fixture, shared with tests/hostile)
+from hub_payload import hub  # noqa: F401  # pylint: disable=unused-import  # the fixture, shared with tests/hostile

@@ -19,10 +19,10 @@ SWIFT_27B = {
 }
 
 
-def swift(cache_ram, geometry=SWIFT_27B):
+def swift(cache_ram, geometry=None):
     shape = {
         "runtime": "llamacpp",
-        "model_geometry": geometry,
+        "model_geometry": geometry or SWIFT_27B,
         "ctx_size": 393_216,  # 2 x 196,608: seeds/001 "a FULL 196608-token slot"
         "parallel": 2,
         "type_k": "f16",
