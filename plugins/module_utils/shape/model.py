@@ -248,10 +248,6 @@ class Shape:
         group="client",
     )
 
-    def get(self, key: str, default: Any = None) -> Any:
-        value = getattr(self, key, None)
-        return default if value is None else value
-
     @property
     def has_drafter(self) -> bool:
         return bool(getattr(self, "drafter", None) or getattr(self, "speculative_config", None) or getattr(self, "spec_type", None))
