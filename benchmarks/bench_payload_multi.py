@@ -32,6 +32,7 @@ from hub_emulator import HubEmulator  # noqa: E402
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload  # noqa: E402
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient  # noqa: E402
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.ranged import PIECE_SIZE  # noqa: E402
 
 MIB = 1 << 20
 
@@ -60,6 +61,8 @@ def main() -> int:
     parser.add_argument("--per-connection-mib-s", type=float, default=32)
     parser.add_argument("--aggregate-mib-s", type=float, default=192)
     parser.add_argument("--connections", default="1,2,4,8,16", help="C values for ours (comma-separated)")
+    parser.add_argument("--piece-mib", type=int, default=PIECE_SIZE // MIB, help="piece size of ours")
+    parser.add_argument("--others", action=argparse.BooleanOptionalAction, default=True, help="also time curl, aria2c and hf_transfer")
     parser.add_argument("--compare-at", type=int, default=8, help="C for aria2c and hf_transfer")
     parser.add_argument("--workdir", type=Path, default=Path("/dev/shm"), help="a tmpfs (default /dev/shm)")
     parser.add_argument("--hf-transfer-path", help="a directory holding the hf_transfer package")
@@ -95,45 +98,46 @@ def main() -> int:
                 fresh()
 
                 def ours(c: int = connections) -> None:
-                    [result] = fetch_payload(client, manifest, str(out), connections=c)
+                    [result] = fetch_payload(client, manifest, str(out), connections=c, piece_size=args.piece_mib * MIB)
                     assert result.action == "fetched" and result.sha256 == truth, result.detail
 
                 rows.append((f"ours, {connections} connection{'s' if connections > 1 else ''} (hash in the same pass)", timed(ours), 0.0))
 
-            fresh()
-
-            def curl() -> None:
-                subprocess.run(["curl", "-sS", "-o", str(out / "curl.bin"), cdn_url], check=True)
-
-            rows.append(("curl, 1 stream, then sha256sum", *two_step(curl, out / "curl.bin", truth)))
-
             c = args.compare_at
-            if shutil.which("aria2c"):
+            if args.others:
                 fresh()
 
-                def aria2() -> None:
-                    subprocess.run(
-                        ["aria2c", f"-x{c}", f"-s{c}", "-q", "--file-allocation=none", "--allow-overwrite=true", "-d", str(out), "-o", "aria.bin", cdn_url],
-                        check=True,
-                    )
+                def curl() -> None:
+                    subprocess.run(["curl", "-sS", "-o", str(out / "curl.bin"), cdn_url], check=True)
 
-                rows.append((f"aria2c -x{c} -s{c}, then sha256sum", *two_step(aria2, out / "aria.bin", truth)))
-            else:
-                print("aria2c: not installed (apt-get install aria2)")
-            # In a child process: hf_transfer.download holds the GIL, which would stall the emulator's
-            # threads in this one.
-            hf_path = os.pathsep.join(p for p in (args.hf_transfer_path, os.environ.get("PYTHONPATH")) if p)
-            probe = subprocess.run([sys.executable, "-c", "import hf_transfer"], env={**os.environ, "PYTHONPATH": hf_path}, capture_output=True)
-            if probe.returncode == 0:
-                fresh()
-                code = f"import hf_transfer; hf_transfer.download({cdn_url!r}, {str(out / 'hft.bin')!r}, max_files={c}, chunk_size={10 * MIB})"
+                rows.append(("curl, 1 stream, then sha256sum", *two_step(curl, out / "curl.bin", truth)))
 
-                def transfer() -> None:
-                    subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": hf_path}, check=True, timeout=600)
+                if shutil.which("aria2c"):
+                    fresh()
 
-                rows.append((f"hf_transfer, {c} in flight, then sha256sum", *two_step(transfer, out / "hft.bin", truth)))
-            else:
-                print("hf_transfer: not importable (pip install hf_transfer, or --hf-transfer-path)")
+                    def aria2() -> None:
+                        subprocess.run(
+                            ["aria2c", f"-x{c}", f"-s{c}", "-q", "--file-allocation=none", "--allow-overwrite=true", "-d", str(out), "-o", "aria.bin", cdn_url],
+                            check=True,
+                        )
+
+                    rows.append((f"aria2c -x{c} -s{c}, then sha256sum", *two_step(aria2, out / "aria.bin", truth)))
+                else:
+                    print("aria2c: not installed (apt-get install aria2)")
+                # In a child process: hf_transfer.download holds the GIL, which would stall the emulator's
+                # threads in this one.
+                hf_path = os.pathsep.join(p for p in (args.hf_transfer_path, os.environ.get("PYTHONPATH")) if p)
+                probe = subprocess.run([sys.executable, "-c", "import hf_transfer"], env={**os.environ, "PYTHONPATH": hf_path}, capture_output=True)
+                if probe.returncode == 0:
+                    fresh()
+                    code = f"import hf_transfer; hf_transfer.download({cdn_url!r}, {str(out / 'hft.bin')!r}, max_files={c}, chunk_size={10 * MIB})"
+
+                    def transfer() -> None:
+                        subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": hf_path}, check=True, timeout=600)
+
+                    rows.append((f"hf_transfer, {c} in flight, then sha256sum", *two_step(transfer, out / "hft.bin", truth)))
+                else:
+                    print("hf_transfer: not importable (pip install hf_transfer, or --hf-transfer-path)")
 
         print(f"load average before: {load[0]:.2f} (2 shared cores: the verify column is CPU-bound and moves with it)")
         print("| client | fetch s | verify s | fetch MiB/s | fetch+verify s | fetch+verify MiB/s | x cap |")

@@ -17,7 +17,7 @@ description:
     sha256 match; until then it lives as C(NAME.partial) and a rerun resumes it with a Range
     request. Missing files are requested without a Range header (Xet CDNs refuse C(bytes=0-)),
     a complete partial answered with 416 is success, and an HTTP error never writes its body.
-  - A file of at least two pieces (16 MiB) is fetched over O(connections) ranged connections at
+  - A file of at least two pieces (8 MiB) is fetched over O(connections) ranged connections at
     once, written in place and hashed in order in the same pass; C(NAME.partial.ranges) records
     every range so that a rerun after a kill resumes each one.
   - Every file is proven by a digest, LFS files by their sha256 and git files (C(config.json), the

@@ -1,6 +1,7 @@
 """hf_payload_gate core against the Hub emulator (real HTTP on loopback)."""
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -308,3 +309,23 @@ def test_emulator_caps_each_connection_and_all_of_them(tmp_path):
     # The first MiB of a connection leaves at once (a burst), the rest at the cap.
     assert one >= (4 - 1) / 8  # 4 MiB at 8 MiB/s on one connection
     assert four >= (4 - 0.5) / 16  # four connections (32 MiB/s together) still share 16 MiB/s
+
+
+def test_ranged_record_from_another_boot_trusts_only_the_synced_bytes(hub, tmp_path):
+    client, manifest, data = ranged_repo(hub, tmp_path)
+    dest = tmp_path / "dest"
+    hub.emulator.inject("big.gguf", Fault(cut_after=10_000, times=1000))
+    fetch_payload(client, manifest, str(dest), connections=2, piece_size=PIECE)  # gives up, leaves a record
+    hub.emulator.faults.clear()
+    record_path = dest / "big.gguf.partial.ranges"
+    record = json.loads(record_path.read_text())
+    written = sum(record["have"])
+    assert written > 0 and record["synced"] == record["have"]  # a failing run syncs before it leaves
+    # As after a power loss: another boot, and nothing synced yet.
+    record["boot_id"], record["synced"] = "another-boot", [0] * len(record["have"])
+    record_path.write_text(json.dumps(record))
+    [plan] = fetch_payload(client, manifest, str(dest), check_mode=True)
+    assert (plan.action, plan.bytes_transferred) == ("would_fetch", len(data))
+    [result] = fetch_payload(client, manifest, str(dest), connections=2, piece_size=PIECE)
+    assert (result.action, result.bytes_transferred) == ("fetched", len(data))
+    assert (dest / "big.gguf").read_bytes() == data

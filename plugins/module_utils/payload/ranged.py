@@ -10,10 +10,13 @@ workers hand over (one pass over the bytes, never read back); workers stay withi
 pieces ahead of the hash, which bounds the memory to about 2 x C pieces.
 
 Resumable after a kill -9 at any moment: `NAME.partial.ranges` records, per piece, the bytes
-already written (updated atomically: temp file with O_EXCL|O_NOFOLLOW, fsync, rename, after an
-fdatasync of the partial), and the identity (device, inode) of the partial it describes. A piece
-is recorded complete before its worker asks for the next one, so a rerun fetches again at most the
-pieces that were in flight. A rerun hashes what is already on disk (read, not fetched) and fetches
+already written, and the identity (device, inode) of the partial it describes, replaced atomically
+(temp file with O_EXCL|O_NOFOLLOW, then rename). A piece is recorded complete before its worker
+asks for the next one, so a rerun fetches again at most the pieces that were in flight. Those
+records cost no fsync: a killed process leaves its writes in the page cache. For a power loss the
+record also carries `synced`, the bytes per piece as of the last fdatasync of the partial (every
+DURABLE_INTERVAL seconds, then fsync of the record), and the kernel's boot id: a rerun in another
+boot trusts only `synced`. A rerun hashes what is already on disk (read, not fetched) and fetches
 the rest. The rules of the single stream hold: a range never starts open-ended at 0 (`bytes=0-`
 is refused by Xet CDNs), only a 206 with the exact Content-Range is written, nothing past the
 manifest size is asked for or written, and the token reaches the Hub's origin only.
@@ -32,13 +35,15 @@ from collections.abc import Callable
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestFile
 
-PIECE_SIZE = 8 << 20
+PIECE_SIZE = 4 << 20  # measured: 2 and 4 MiB reach the cap, 8 MiB 0.90x, 16 MiB 0.78x (the last pieces run alone)
 BLOCK = 1 << 20
 REREAD_CHUNK = 16 << 20
 RANGES_SUFFIX = ".ranges"
 STATE_VERSION = 1
 STATE_MAX_BYTES = 16 << 20
 PERSIST_INTERVAL = 1.0  # seconds between records of in-flight progress (completions record at once)
+DURABLE_INTERVAL = 5.0  # seconds between fdatasyncs of the partial (an fdatasync per piece halved the rate on ext4)
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 ATTEMPTS = 3  # per piece, each resuming where the last one stopped
 
 
@@ -63,6 +68,15 @@ class _Piece:
 
 def state_path(partial: str) -> str:
     return partial + RANGES_SUFFIX
+
+
+def _boot_id() -> str:
+    """This boot's id: page-cache writes survive a kill within it, not a power loss."""
+    try:
+        with open(BOOT_ID_PATH, encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
 
 
 def _expected(entry: ManifestFile) -> str | None:
@@ -98,7 +112,8 @@ def read_state(partial: str, entry: ManifestFile) -> tuple[int, list[int]] | Non
         data = None
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
         return None
-    piece_size, have = data.get("piece_size"), data.get("have")
+    same_boot = bool(data.get("boot_id")) and data.get("boot_id") == _boot_id()
+    piece_size, have = data.get("piece_size"), data.get("have" if same_boot else "synced")
     if data.get("size") != entry.size or data.get("digest") != _expected(entry):
         return None
     if not isinstance(piece_size, int) or piece_size <= 0 or not isinstance(have, list) or len(have) != -(-entry.size // piece_size):
@@ -150,6 +165,8 @@ class RangedFetch:
         self._cond = threading.Condition()
         self._persist_lock = threading.Lock()
         self._last_persist = 0.0
+        self._last_sync = time.monotonic()
+        self._synced: list[int] = []
         self._error: BaseException | None = None
         self._abort = False
         self._head = 0  # first piece not yet fully hashed
@@ -164,6 +181,7 @@ class RangedFetch:
             self.piece_size, have = state
             self.fd = _open_nofollow(partial, os.O_RDWR)
             self.pieces = self._cut(have)
+            self.persist(force=True, durable=True)  # what is trusted now is what survives a power loss too
         self.resumed = any(p.on_disk for p in self.pieces)
         self.done = sum(p.have for p in self.pieces)
 
@@ -180,7 +198,7 @@ class RangedFetch:
         count = -(-self.entry.size // piece_size)
         have = [max(0, min(piece_size, self.entry.size - i * piece_size, prefix - i * piece_size)) for i in range(count)]
         self.pieces = self._cut(have)
-        self.persist(force=True)
+        self.persist(force=True, durable=True)
 
     def _cut(self, have: list[int]) -> list[_Piece]:
         size, step = self.entry.size, self.piece_size
@@ -188,15 +206,19 @@ class RangedFetch:
 
     # --- the record ---------------------------------------------------------------------------
 
-    def persist(self, force: bool = False) -> None:
-        """Record the bytes written per piece: data first (fdatasync), then the record, atomically."""
+    def persist(self, force: bool = False, durable: bool = False) -> None:
+        """Record the bytes written per piece, atomically. Durable (also every DURABLE_INTERVAL):
+        fdatasync the partial first and fsync the record, so `synced` survives a power loss."""
         now = time.monotonic()
         if not force and now - self._last_persist < PERSIST_INTERVAL:
             return
         with self._persist_lock:
             with self._cond:
                 have = [p.have for p in self.pieces]
-            os.fdatasync(self.fd)
+            durable = durable or now - self._last_sync >= DURABLE_INTERVAL
+            if durable:
+                os.fdatasync(self.fd)
+                self._synced, self._last_sync = have, now
             info = os.fstat(self.fd)
             record = {
                 "version": STATE_VERSION,
@@ -204,7 +226,9 @@ class RangedFetch:
                 "digest": _expected(self.entry),
                 "piece_size": self.piece_size,
                 "partial": [info.st_dev, info.st_ino],
+                "boot_id": _boot_id(),
                 "have": have,
+                "synced": self._synced or [0] * len(have),
             }
             final = state_path(self.partial)
             temp = f"{final}.tmp-{os.getpid()}"
@@ -215,8 +239,9 @@ class RangedFetch:
                 fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(record, handle, separators=(",", ":"))
-                handle.flush()
-                os.fsync(handle.fileno())
+                if durable:
+                    handle.flush()
+                    os.fsync(handle.fileno())
             os.replace(temp, final)
             self._last_persist = now
 
@@ -346,7 +371,8 @@ class RangedFetch:
             for worker in workers:
                 worker.join()
             try:
-                self.persist(force=True)
+                if self._abort:  # what this run wrote, kept for the next one; a whole file needs no record
+                    self.persist(force=True, durable=True)
             finally:
                 os.close(self.fd)
         if self._error is not None:
