@@ -376,3 +376,69 @@ def test_a_split_gguf_whose_header_disagrees_with_its_names_is_refused(hub, tmp_
     manifest = build_manifest(client, repo, "main")
     results = {r.path: r for r in fetch_payload(client, manifest, str(tmp_path / "dest"))}
     assert results["m-00001-of-00002.gguf"].action == "failed" and "split.count 3" in results["m-00001-of-00002.gguf"].detail
+
+
+# --- the multi-connection path ----------------------------------------------------------------
+
+RANGED = {"connections": 4, "piece_size": 256 << 10}
+
+
+def test_planted_range_record_symlink_is_refused_and_its_target_untouched(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["model-00002-of-00002.gguf"])
+    victim = tmp_path / "victim.conf"
+    victim.write_bytes(b"precious\n")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "model-00002-of-00002.gguf.partial.ranges").symlink_to(victim)
+    [result] = fetch_payload(client, manifest, str(dest), **RANGED)
+    assert result.action == "failed" and "partial.ranges" in result.detail and "symlink" in result.detail
+    assert victim.read_bytes() == b"precious\n"
+    assert not (dest / "model-00002-of-00002.gguf").exists()
+
+
+def test_ranged_fetch_never_asks_or_writes_past_the_manifest_size(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    served = build_manifest(client, REPO, "main", ["model-00002-of-00002.gguf"]).files[0]
+    short = served.size - 100_000  # the manifest says less than the server holds
+    manifest = Manifest(REPO, hub.emulator.repos[REPO].commit, [ManifestFile(served.path, short, served.sha256, True)])
+    [result] = fetch_payload(client, manifest, str(tmp_path), **RANGED)
+    assert result.action == "failed" and f"/{served.size}" in result.detail  # the server's Content-Range total is named
+    asked = [r.headers["Range"] for r in hub.emulator.requests if "Range" in r.headers]
+    assert asked and all(int(a.split("-")[1]) < short for a in asked)
+    partial = tmp_path / f"{served.path}.partial"
+    assert not partial.exists() or partial.stat().st_size <= short
+    assert not (tmp_path / served.path).exists()
+
+
+class _NoRangeHandler(BaseHTTPRequestHandler):
+    """A server that ignores Range and answers 200 with the whole body."""
+
+    body = b""
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+def test_a_server_ignoring_ranges_is_refused_and_nothing_is_written(tmp_path):
+    _NoRangeHandler.body = os.urandom(1 << 20)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NoRangeHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        host, port = server.server_address
+        manifest = Manifest(REPO, "0" * 40, [ManifestFile("w.gguf", 1 << 20, hashlib.sha256(_NoRangeHandler.body).hexdigest(), True)])
+        [result] = fetch_payload(HubClient(f"http://{host}:{port}"), manifest, str(tmp_path), **RANGED)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.action == "failed" and "ignores Range" in result.detail and "connections: 1" in result.detail
+    partial = tmp_path / "w.gguf.partial"
+    assert not (tmp_path / "w.gguf").exists()
+    assert not partial.exists() or not partial.read_bytes().strip(b"\0")  # no byte of a 200 body written

@@ -52,8 +52,13 @@ def test_kill_9_at_random_moments_resumes_to_the_exact_bytes(tmp_path):
         env = {**os.environ, "PYTHONPATH": str(ROOT / ".collections")}
         killed = 0
         for _kill in range(KILLS):
+            before = emulator.bytes_served.get("w.gguf", 0)
             child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            time.sleep(chance.uniform(0.1, 0.5))
+            # Kill mid-fetch, not mid-import: wait for this run's first bytes, then a random moment.
+            deadline = time.monotonic() + 30
+            while emulator.bytes_served.get("w.gguf", 0) == before and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(chance.uniform(0.0, 0.3))
             if child.poll() is None:
                 child.send_signal(signal.SIGKILL)
                 killed += 1

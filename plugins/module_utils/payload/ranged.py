@@ -280,6 +280,8 @@ class RangedFetch:
                         url = self.url
                         if attempt == ATTEMPTS - 1 or self._abort:
                             raise
+                if self._abort:  # another worker failed: this piece stops where it is, as recorded
+                    return
                 with self._cond:
                     piece.complete = True
                     self._cond.notify_all()
