@@ -442,3 +442,16 @@ def test_a_server_ignoring_ranges_is_refused_and_nothing_is_written(tmp_path):
     partial = tmp_path / "w.gguf.partial"
     assert not (tmp_path / "w.gguf").exists()
     assert not partial.exists() or not partial.read_bytes().strip(b"\0")  # no byte of a 200 body written
+
+
+def test_planted_lock_symlink_is_refused_and_its_target_untouched(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["config.json"])
+    victim = tmp_path / "victim.conf"
+    victim.write_bytes(b"precious\n")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / LOCK).symlink_to(victim)
+    with pytest.raises(FetchError, match=rf"{LOCK}: is a symlink"):
+        fetch_payload(client, manifest, str(dest))
+    assert victim.read_bytes() == b"precious\n"

@@ -347,7 +347,15 @@ def _lock_destination(dest: str) -> int:
     """One fetch per destination at a time: a second one is refused at once (it does not wait),
     naming the holder, so two runs never write the same partial."""
     path = os.path.join(dest, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FetchError(f"{path}: is a symlink, and the lock is never opened through one; remove it and run again") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FetchError(f"{path}: is not a regular file; remove it and run again")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
