@@ -245,7 +245,10 @@ def test_html_instead_of_json_is_a_clear_error(tmp_path):
 
 
 def git_blob_sha1(data: bytes) -> str:
-    """Git's own object id of a file, computed here as git does (not by the code under test)."""
+    """Git's own object id of a file, computed here as git does (not by the code under test). The Hub
+    names non-LFS files by it (seeds/001_3ec7cf0f5a3e3f71.txt: "answers 200 with the real
+    Content-Length and a git-blob-sha ETag that" / "the 64-hex gate correctly rejects (size-only
+    check for those files)."), which left config.json (seeds/001: "config.json 72514") size-only."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 

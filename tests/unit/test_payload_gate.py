@@ -13,6 +13,7 @@ from hub_payload import GATED, REPO, TOKEN
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.structure import structure_problems
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import STAMP_FILE, verify_payload
 
 
@@ -329,3 +330,23 @@ def test_ranged_record_from_another_boot_trusts_only_the_synced_bytes(hub, tmp_p
     [result] = fetch_payload(client, manifest, str(dest), connections=2, piece_size=PIECE)
     assert (result.action, result.bytes_transferred) == ("fetched", len(data))
     assert (dest / "big.gguf").read_bytes() == data
+
+
+# seeds/000_70f4f3dffbd1d440.txt: "orcarouter/Qwen3.8-Flash-Next-Uncensored-FP8 (131 shards, 172.8 GiB," and its deployer's
+# gate "frank-primary-qwen). Deployer gates rewritten (image digest + shard count" / "+ weight-map index)."
+FLEET_SHARDS = 131
+
+
+def test_the_fleets_131_shard_weight_map_is_cross_checked_with_the_manifest(tmp_path):
+    shards = [f"model-{no:05d}-of-{FLEET_SHARDS:05d}.safetensors" for no in range(1, FLEET_SHARDS + 1)]
+    weight_map = {f"model.layers.{no}.weight": shard for no, shard in enumerate(shards)}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    for shard in shards:
+        (tmp_path / shard).write_bytes(b"")
+    index = ManifestFile("model.safetensors.index.json", 1)
+    whole = Manifest("a/b", "0" * 40, [index] + [ManifestFile(s, 0) for s in shards])
+    assert structure_problems(whole, str(tmp_path)) == {}
+    forgot = Manifest("a/b", "0" * 40, [index] + [ManifestFile(s, 0) for s in shards if s != shards[77]])
+    assert structure_problems(forgot, str(tmp_path)) == {
+        "model.safetensors.index.json": [f"weight_map names {shards[77]}, which the manifest does not list (add it to the manifest's files)"]
+    }
