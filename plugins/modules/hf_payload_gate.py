@@ -177,12 +177,18 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import FetchError, build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest, parse_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import FileProgress
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
+
+
+def gguf_split_count(path: str) -> int:
+    """The split.count a GGUF header says (0 when it has none): the whole-set check's reader."""
+    return int(read_header(path).get("split.count", 0) or 0)
 
 
 def _load(module: AnsibleModule):
@@ -208,6 +214,7 @@ def run_verify(module: AnsibleModule) -> None:
         workers=module.params["workers"],
         allow_symlinks=module.params["allow_symlinks"],
         trust_stamps=module.params["trust_stamps"],
+        split_count=gguf_split_count,
     )
     files = [v.as_dict() for v in verdicts]
     bad = [v for v in verdicts if not v.ok]
@@ -236,6 +243,7 @@ def run_fetch(module: AnsibleModule) -> None:
         check_mode=module.check_mode,
         progress=progress,
         connections=module.params["connections"],
+        split_count=gguf_split_count,
     )
     if progress and not module.check_mode:
         progress.finish()

@@ -26,6 +26,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch impo
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestError, ManifestFile, destination_path, parse_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
+from ansible_collections.frank.llm_fleet.plugins.modules.hf_payload_gate import gguf_split_count
 
 LOCK = ".llm-fleet-fetch.lock"  # one fetch per destination holds it
 
@@ -364,9 +365,9 @@ def test_a_whole_safetensors_set_passes(hub, tmp_path):
 def test_a_split_gguf_manifest_missing_a_part_is_refused(hub, tmp_path):
     client = HubClient(hub.emulator.hub_url)
     manifest = build_manifest(client, REPO, "main", [LFS_FILE])  # part 1 of 2 only
-    [result] = fetch_payload(client, manifest, str(tmp_path))
+    [result] = fetch_payload(client, manifest, str(tmp_path), split_count=gguf_split_count)
     assert result.action == "failed" and "model-00002-of-00002.gguf" in result.detail and "not in the manifest" in result.detail
-    [verdict] = verify_payload(manifest, str(tmp_path), check_hash=True)
+    [verdict] = verify_payload(manifest, str(tmp_path), check_hash=True)  # by the names alone too
     assert not verdict.ok and "model-00002-of-00002.gguf" in verdict.detail
 
 
@@ -377,8 +378,10 @@ def test_a_split_gguf_whose_header_disagrees_with_its_names_is_refused(hub, tmp_
     hub.emulator.add_file(repo, "m-00002-of-00002.gguf", os.urandom(1 << 20), "lfs", workdir=tmp_path / "hub")
     client = HubClient(hub.emulator.hub_url)
     manifest = build_manifest(client, repo, "main")
-    results = {r.path: r for r in fetch_payload(client, manifest, str(tmp_path / "dest"))}
+    results = {r.path: r for r in fetch_payload(client, manifest, str(tmp_path / "dest"), split_count=gguf_split_count)}
     assert results["m-00001-of-00002.gguf"].action == "failed" and "split.count 3" in results["m-00001-of-00002.gguf"].detail
+    verdicts = {v.path: v for v in verify_payload(manifest, str(tmp_path / "dest"), check_hash=True, split_count=gguf_split_count)}
+    assert verdicts["m-00001-of-00002.gguf"].status == "inconsistent"
 
 
 # --- the multi-connection path ----------------------------------------------------------------

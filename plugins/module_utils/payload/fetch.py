@@ -47,7 +47,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.ranged imp
     remove_state,
     state_path,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.structure import structure_problems
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.structure import SplitCount, structure_problems
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import (
     ProgressCallback,
     hash_path,
@@ -400,6 +400,7 @@ def fetch_payload(
     progress: ProgressCallback | None = None,
     connections: int = DEFAULT_CONNECTIONS,
     piece_size: int = PIECE_SIZE,
+    split_count: SplitCount | None = None,
 ) -> list[FetchResult]:
     """Fetch every manifest file (in parallel, bounded). Failures are collected, not raised; a held
     lock or too little free space raise FetchError before anything is fetched."""
@@ -427,7 +428,7 @@ def fetch_payload(
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             results = list(pool.map(one, manifest.files))
         if all(r.action != "failed" for r in results):
-            problems = structure_problems(manifest, dest)
+            problems = structure_problems(manifest, dest, split_count)
             for result in results:
                 if result.path in problems:
                     result.action, result.detail = "failed", "; ".join(problems[result.path])

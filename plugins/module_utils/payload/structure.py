@@ -5,8 +5,11 @@
 - A safetensors index (`*.safetensors.index.json`): every weight-map target is a manifest file, and
   every shard the manifest lists beside it (`STEM-NNNNN-of-NNNNN.safetensors`) is named by the
   weight map. A manifest that forgot a shard, or an index naming a shard not fetched, is refused.
-- A split GGUF set: the first part's header says `split.count`; the manifest must list exactly the
-  parts llama.cpp will open (STEM-00001-of-N ... STEM-N-of-N), no fewer and no other count.
+- A split GGUF set: the manifest must list exactly the parts llama.cpp will open (STEM-00001-of-N
+  ... STEM-N-of-N), no fewer and no other count; N is the first part's name, and, given a
+  `split_count` reader (the module passes the GGUF header reader of budget/), also its header's
+  `split.count`, which must agree. The reader comes from the caller because payload/ does not
+  import budget/ (docs/architecture.md).
 Both read only small headers (the index JSON, the GGUF metadata), so they run after a fetch and with
 `check_hash`, never in the metadata-only size gate.
 """
@@ -17,13 +20,16 @@ import json
 import os
 import posixpath
 import re
+from collections.abc import Callable
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import SPLIT_NAME_RE, GGUFError, read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, destination_path
+
+SplitCount = Callable[[str], int]  # a first part's path -> the split.count its GGUF header says
 
 INDEX_SUFFIX = ".safetensors.index.json"
 INDEX_MAX_BYTES = 64 << 20
 _SHARD_RE = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.safetensors$")
+_SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")  # llama.cpp's split names
 
 
 def _load_index(path: str) -> dict:
@@ -58,24 +64,26 @@ def _index_problems(manifest: Manifest, dest: str, index_path: str) -> list[str]
     return problems
 
 
-def _split_problems(manifest: Manifest, dest: str, first_path: str) -> list[str]:
+def _split_problems(manifest: Manifest, dest: str, first_path: str, split_count: SplitCount | None) -> list[str]:
     listed = {f.path for f in manifest.files}
-    match = SPLIT_NAME_RE.match(posixpath.basename(first_path))
-    try:
-        count = int(read_header(destination_path(dest, first_path)).get("split.count", 0) or 0)
-    except (OSError, GGUFError) as exc:
-        return [f"cannot read the GGUF header of the first split part: {exc}"]
+    match = _SPLIT_RE.match(posixpath.basename(first_path))
+    count = int(match.group("count"))
+    if split_count is not None:
+        try:
+            header_count = int(split_count(destination_path(dest, first_path)) or 0)
+        except (OSError, ValueError) as exc:
+            return [f"cannot read the GGUF header of the first split part: {exc}"]
+        if header_count != count:
+            return [f"the header says split.count {header_count}, the name says {count} parts"]
     folder, stem = posixpath.dirname(first_path), match.group("stem")
-    if count != int(match.group("count")):
-        return [f"the header says split.count {count}, the name says {int(match.group('count'))} parts"]
     wanted = {posixpath.join(folder, f"{stem}-{no:05d}-of-{count:05d}.gguf") for no in range(1, count + 1)}
-    problems = [f"split part {part} (of {count}, per the first part's header) is not in the manifest" for part in sorted(wanted - listed)]
-    others = {p for p in listed if posixpath.dirname(p) == folder and (m := SPLIT_NAME_RE.match(posixpath.basename(p))) and m.group("stem") == stem}
-    problems += [f"the manifest lists {part}, which is not one of the {count} parts the first part's header names" for part in sorted(others - wanted)]
+    problems = [f"split part {part} (of {count}) is not in the manifest" for part in sorted(wanted - listed)]
+    others = {p for p in listed if posixpath.dirname(p) == folder and (m := _SPLIT_RE.match(posixpath.basename(p))) and m.group("stem") == stem}
+    problems += [f"the manifest lists {part}, which is not one of the {count} parts of its set" for part in sorted(others - wanted)]
     return problems
 
 
-def structure_problems(manifest: Manifest, dest: str) -> dict[str, list[str]]:
+def structure_problems(manifest: Manifest, dest: str, split_count: SplitCount | None = None) -> dict[str, list[str]]:
     """Problems per manifest file (the index, or the first GGUF split part); empty when whole.
     Only files present on disk are read; a missing one is the size gate's finding."""
     problems: dict[str, list[str]] = {}
@@ -86,8 +94,8 @@ def structure_problems(manifest: Manifest, dest: str) -> dict[str, list[str]]:
         found: list[str] = []
         if name.endswith(INDEX_SUFFIX):
             found = _index_problems(manifest, dest, entry.path)
-        elif (match := SPLIT_NAME_RE.match(name)) and int(match.group("no")) == 1:
-            found = _split_problems(manifest, dest, entry.path)
+        elif (match := _SPLIT_RE.match(name)) and int(match.group("no")) == 1:
+            found = _split_problems(manifest, dest, entry.path, split_count)
         if found:
             problems[entry.path] = found
     return problems

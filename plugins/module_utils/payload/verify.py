@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile, destination_path
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.structure import structure_problems
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.structure import SplitCount, structure_problems
 
 STAMP_FILE = ".llm-fleet-verified.json"
 HASH_CHUNK = 64 << 20  # bytes handed to one sha256 update (the GIL is released for it)
@@ -175,6 +175,7 @@ def verify_payload(
     allow_symlinks: bool = False,
     progress: ProgressCallback | None = None,
     trust_stamps: bool = False,
+    split_count: SplitCount | None = None,
 ) -> list[FileVerdict]:
     """Size-gate every manifest file; with check_hash, hash the ones that passed (in parallel) and
     cross-check the set (safetensors index, split GGUF count: structure.py)."""
@@ -203,7 +204,7 @@ def verify_payload(
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         list(pool.map(check, todo))
-    problems = structure_problems(manifest, dest)
+    problems = structure_problems(manifest, dest, split_count)
     for verdict in verdicts:
         if verdict.ok and verdict.path in problems:
             verdict.status, verdict.detail = "inconsistent", "; ".join(problems[verdict.path])
