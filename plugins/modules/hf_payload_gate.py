@@ -179,7 +179,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import FetchError, build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import DEFAULT_CONNECTIONS, FetchError, build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest, parse_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import FileProgress
@@ -295,7 +295,7 @@ def main() -> None:
             "check_hash": {"type": "bool", "default": False},
             "trust_stamps": {"type": "bool", "default": False},
             "workers": {"type": "int", "default": 2},
-            "connections": {"type": "int", "default": 8},
+            "connections": {"type": "int", "default": DEFAULT_CONNECTIONS},
             "refetch": {"type": "bool", "default": False},
             "allow_symlinks": {"type": "bool", "default": False},
             "progress_file": {"type": "path"},
