@@ -227,6 +227,12 @@ options:
         description: Restarts tolerated during the wait before it counts as a crash loop.
         type: int
         default: 0
+      api_key:
+        description:
+          - The endpoint's API key, sent as a bearer token with the health requests (the engine gets it
+            from its environment). Never logged; a 401 or 403 fails the gate at once.
+        type: str
+        default: ''
   unit_dir:
     description: Directory for the unit file.
     type: path
@@ -271,6 +277,10 @@ options:
     description: Seconds each probe request may take.
     type: int
     default: 120
+  api_key:
+    description: The endpoint's API key, sent as a bearer token. Never logged.
+    type: str
+    default: ''
 """
 
     DEPLOY = r"""
@@ -494,6 +504,12 @@ options:
             description: Restarts tolerated during the wait before it counts as a crash loop.
             type: int
             default: 0
+          api_key:
+            description:
+              - The endpoint's API key, sent as a bearer token with the health requests (the engine gets it
+                from its environment). Never logged; a 401 or 403 fails the gate at once.
+            type: str
+            default: ''
       unit_dir:
         description: Directory for the unit file.
         type: path
@@ -541,4 +557,8 @@ options:
         description: Seconds each probe request may take.
         type: int
         default: 120
+      api_key:
+        description: The endpoint's API key, sent as a bearer token. Never logged.
+        type: str
+        default: ''
 """

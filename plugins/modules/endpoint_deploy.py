@@ -37,6 +37,35 @@ attributes:
     support: partial
     description: A second deploy with the same arguments reports no change; O(restore=true) always restarts, so it always reports a change.
 options:
+  api_key:
+    description:
+      - The endpoint's API key (from Ansible Vault). The engine reads it from its environment
+        (C(LLAMA_API_KEY) for llama-server, C(VLLM_API_KEY) for vLLM, by O(shape.runtime)), never
+        from argv; the health gate and the smoke probe send it as a bearer token. A change of the
+        key alone restarts the engine, and a failing one rolls back to the previous key.
+      - The key is never logged, recorded or returned; the previous secrets are kept root-only
+        beside the env files (C(ENV_DIR/NAME.last-good-secrets.json)) for the rollback.
+    type: str
+    default: ''
+  firewall:
+    description:
+      - The firewall of a LAN bind, as the role's C(frank.llm_fleet.bind_policy) filter gives it - the
+        endpoint's own nftables table C(inet llm_fleet_NAME) admits, on O(firewall.port), loopback, this
+        host's own addresses and O(firewall.networks), and drops the rest. Written to
+        C(/etc/llm-fleet/NAME.nft), applied at once when it changes (no engine restart), and loaded
+        by the unit before every start (C(ExecStartPre)).
+      - Omitted, the endpoint's table and file are removed if they exist (the endpoint went back to loopback).
+    type: dict
+    suboptions:
+      port:
+        description: The engine's port.
+        type: int
+        required: true
+      networks:
+        description: The client networks allowed (CIDRs).
+        type: list
+        elements: str
+        required: true
   secret_environment:
     description: Secret environment for the engine (the container's env file or the unit's). Never logged or recorded.
     type: dict
@@ -143,6 +172,11 @@ def main() -> None:
         argument_spec={
             "engine": {"type": "dict", "options": ENGINE_OPTIONS},
             "unit": {"type": "dict", "required": True, "options": UNIT_OPTIONS},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "firewall": {
+                "type": "dict",
+                "options": {"port": {"type": "int", "required": True}, "networks": {"type": "list", "elements": "str", "required": True}},
+            },
             "secret_environment": {"type": "dict", "default": {}, "no_log": True},
             "probe": {"type": "dict", "options": PROBE_OPTIONS},
             "shape": {"type": "dict", "default": {}},

@@ -96,7 +96,7 @@ def health_wait(tmp_path, script, get, timeout=30.0):
 
 
 def engine_answers(health_status=200, models=("lab",)):
-    def get(_host, _port, path):
+    def get(_host, _port, path, _api_key=""):
         if path == "/health":
             return health_status, b""
         return 200, json.dumps({"data": [{"id": m} for m in models]}).encode()
@@ -104,7 +104,7 @@ def engine_answers(health_status=200, models=("lab",)):
     return get
 
 
-def models_forbidden(_host, _port, path):
+def models_forbidden(_host, _port, path, _api_key=""):
     return (200, b"") if path == "/health" else (403, b"")
 
 
@@ -208,7 +208,7 @@ def test_rollback_branches(tmp_path, dirs, case, previous, start_answers, probe,
 def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
     _runner, first = deploy(tmp_path, dirs, "new", [OK], probe=lambda _p: "hello there")
     steps = first["steps"]
-    assert {name: step["changed"] for name, step in steps.items()} == {"engine": False, "unit": True, "probe": False, "record": True}
+    assert {name: step["changed"] for name, step in steps.items()} == {"firewall": False, "engine": False, "unit": True, "probe": False, "record": True}
     assert steps["probe"]["completion"] == "hello there"
     assert [action.split()[0] for action in first["actions"]] == ["write", f"{SYSTEMCTL}", f"{SYSTEMCTL}", "write", "write"]
     assert first["actions"][-1].startswith(f"write {tmp_path}/record/{RECORD_FILE}")
