@@ -83,9 +83,20 @@ options:
     type: bool
     default: true
   restore:
-    description: Only bring the last-known-good shape up again.
+    description: Only bring the last-known-good shape (or, with O(generation), an older one) up again.
     type: bool
     default: false
+  generation:
+    description:
+      - With O(restore=true), the known-good record to bring up - 0 is the last-known-good one, N the
+        Nth before it (RETURN's C(generations) lists them). An older generation that comes up green
+        becomes the last-known-good record and runs with the current secrets.
+    type: int
+    default: 0
+  keep_generations:
+    description: Known-good records kept per endpoint, the last-known-good one included (C(RECORD_DIR/generations/)).
+    type: int
+    default: 3
 """
 
 EXAMPLES = r"""
@@ -153,6 +164,11 @@ rolled_back:
       O(rollback=false), is not rolled back.
   returned: always
   type: bool
+generations:
+  description: The known-good records kept - C(generation) (0 is the last-known-good), C(written), C(runtime), C(served_id), C(port).
+  returned: success
+  type: list
+  elements: dict
 restored:
   description: True when O(restore=true) brought the last-known-good shape up again (always restarted, so changed).
   returned: when restore is true
@@ -183,6 +199,8 @@ def main() -> None:
             "record_dir": {"type": "path", "required": True},
             "rollback": {"type": "bool", "default": True},
             "restore": {"type": "bool", "default": False},
+            "generation": {"type": "int", "default": 0},
+            "keep_generations": {"type": "int", "default": 3},
         },
         supports_check_mode=True,
     )

@@ -215,3 +215,32 @@ def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
     runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")]})
     again = deploy_endpoint({"unit": unit_params(dirs, description="new"), "record_dir": str(tmp_path / "record")}, Host(runner, check_mode=True), diff=True)
     assert not again["changed"] and again["actions"] == []
+
+
+# --- known-good generations --------------------------------------------------------------------
+
+
+def test_generations_keep_the_last_k_records_and_restore_any_of_them(tmp_path, dirs):
+    record_dir = tmp_path / "record"
+    for description in ("one", "two", "three", "four"):
+        runner = FakeRunner({(SYSTEMCTL, "show"): [DEAD]})
+        params = {"unit": unit_params(dirs, description=description), "record_dir": str(record_dir), "keep_generations": 3}
+        result = deploy_endpoint(params, Host(runner), diff=False)
+    # Three kept: the last-known-good (four) and the two before it; "one" is gone.
+    assert [(g["generation"]) for g in result["generations"]] == [0, 1, 2]
+    kept = [json.loads(p.read_text())["unit"]["description"] for p in sorted((record_dir / "generations").iterdir(), reverse=True)]
+    assert kept == ["three", "two"]
+    # A no-op redeploy keeps the generations as they are.
+    deploy_endpoint({**params, "unit": unit_params(dirs, description="four")}, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    assert len(list((record_dir / "generations").iterdir())) == 2
+
+    # Restore generation 2 ("two"): it serves and becomes the last-known-good; "four" becomes generation 1.
+    restore = {"unit": {"name": UNIT, **dirs}, "record_dir": str(record_dir), "restore": True, "generation": 2, "keep_generations": 3}
+    restored = deploy_endpoint(restore, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    assert restored["restored"] and installed_description(dirs) == "Description=two\n"
+    assert json.loads((record_dir / RECORD_FILE).read_text())["unit"]["description"] == "two"
+    kept = [json.loads(p.read_text())["unit"]["description"] for p in sorted((record_dir / "generations").iterdir(), reverse=True)]
+    assert kept == ["four", "three"]
+
+    with pytest.raises(StepError, match="generation: 5 is not kept; .* holds generations 0 \\(last-known-good\\) to 2"):
+        deploy_endpoint({**restore, "generation": 5}, Host(FakeRunner()), diff=False)

@@ -137,18 +137,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     previous_secrets = _read_json(secrets_path, host, warnings)
 
     if params.get("restore"):
-        if previous is None:
-            raise StepError(f"restore: no last-known-good record at {record_path}", {"changed": False, "warnings": warnings})
-        restored = previous_secrets if previous_secrets is not None else secrets
-        key = _restored_key(previous, restored, api_key)
-        engine_result, unit_result = _bring_up(previous.get("engine"), previous["unit"], restored, host, diff, restart=True, api_key=key)
-        steps = {
-            "engine": engine_result,
-            "unit": unit_result,
-            "probe": {"changed": False, "skipped": "restore runs the health gate, not the probe"},
-            "record": {"changed": False, "path": record_path},
-        }
-        return {"changed": True, "restored": True, "rolled_back": False, "steps": steps, "record": record_path, "actions": host.actions, "warnings": warnings}
+        return _restore(params, host, diff, previous, previous_text, previous_secrets, secrets, api_key, warnings)
 
     engine, unit = params.get("engine"), params["unit"]
     # The firewall goes in before the engine listens; the unit reloads it before every start.
@@ -194,6 +183,8 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     record_result: dict[str, Any] = {"changed": text != previous_text, "path": record_path}
     if record_result["changed"]:
+        if previous_text is not None:
+            _push_generation(host, record_dir, previous_text, int(params.get("keep_generations") or 3))
         host.write(record_path, text, 0o600, dir_mode=0o700)
         if diff:
             record_result["diff"] = {"before": previous_text or "", "after": text, "before_header": record_path, "after_header": record_path}
@@ -212,6 +203,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         "rolled_back": False,
         "actions": host.actions,
         "warnings": warnings,
+        "generations": list_generations(record_dir),
     }
     if ledger is not None:
         result["boot_ledger"] = ledger
@@ -219,6 +211,106 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     if diff and diffs:
         result["diff"] = diffs
     return result
+
+
+def _restore(
+    params: dict[str, Any],
+    host: Host,
+    diff: bool,
+    previous: dict[str, Any] | None,
+    previous_text: str | None,
+    previous_secrets: dict[str, Any] | None,
+    secrets: dict[str, str],
+    api_key: str,
+    warnings: list[str],
+) -> dict[str, Any]:
+    """Bring a known-good shape up again: generation 0 is the last-known-good record, N the Nth
+    before it. An older generation that comes up green becomes the last-known-good record (the
+    one it replaces is kept as generation 1); it runs with the current secrets, as only the last
+    green deploy's secrets are kept."""
+    record_dir = params["record_dir"]
+    record_path = os.path.join(record_dir, RECORD_FILE)
+    generation = int(params.get("generation") or 0)
+    older = _generation_files(record_dir)
+    if previous is None:
+        raise StepError(f"restore: no last-known-good record at {record_path}", {"changed": False, "warnings": warnings})
+    if generation < 0 or generation > len(older):
+        raise StepError(
+            f"generation: {generation} is not kept; {record_dir} holds generations 0 (last-known-good) to {len(older)}",
+            {"changed": False, "warnings": warnings, "generations": list_generations(record_dir)},
+        )
+    target, target_text, restored = previous, previous_text, previous_secrets if previous_secrets is not None else secrets
+    if generation:
+        target_text = read_text(older[generation - 1], MAX_RECORD_BYTES) or ""
+        target = _read_json(older[generation - 1], host, warnings)
+        if target is None or "unit" not in target:
+            raise StepError(f"generation: {older[generation - 1]} is not a record", {"changed": False, "warnings": warnings})
+        restored = secrets
+    key = _restored_key(target, restored, api_key)
+    engine_result, unit_result = _bring_up(target.get("engine"), target["unit"], restored, host, diff, restart=True, api_key=key)
+    record_result: dict[str, Any] = {"changed": False, "path": record_path}
+    if generation:
+        _push_generation(host, record_dir, previous_text or "", int(params.get("keep_generations") or 3), replacing=older[generation - 1])
+        host.write(record_path, target_text or "", 0o600, dir_mode=0o700)
+        record_result.update(changed=True, generation=generation)
+    steps = {
+        "engine": engine_result,
+        "unit": unit_result,
+        "probe": {"changed": False, "skipped": "restore runs the health gate, not the probe"},
+        "record": record_result,
+    }
+    return {
+        "changed": True,
+        "restored": True,
+        "rolled_back": False,
+        "steps": steps,
+        "record": record_path,
+        "actions": host.actions,
+        "warnings": warnings,
+        "generations": list_generations(record_dir),
+    }
+
+
+GENERATIONS_DIR = "generations"
+
+
+def _generation_files(record_dir: str) -> list[str]:
+    """The kept generations before the last-known-good record, newest first (generation 1 first)."""
+    directory = os.path.join(record_dir, GENERATIONS_DIR)
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith("gen-") and n.endswith(".json")]
+    except FileNotFoundError:
+        return []
+    return [os.path.join(directory, n) for n in sorted(names, reverse=True)]
+
+
+def _push_generation(host: Host, record_dir: str, text: str, keep: int, replacing: str = "") -> None:
+    """The record being replaced becomes generation 1; at most keep - 1 older ones stay (keep counts
+    the last-known-good record too)."""
+    if replacing:
+        host.remove(replacing)
+    path = os.path.join(record_dir, GENERATIONS_DIR, f"gen-{time.time_ns():020d}.json")
+    host.write(path, text, 0o600, dir_mode=0o700)
+    kept = [p for p in _generation_files(record_dir) if p != replacing]
+    if path not in kept:  # check mode wrote nothing
+        kept.insert(0, path)
+    for stale in kept[max(keep - 1, 0) :]:
+        host.remove(stale)
+
+
+def list_generations(record_dir: str) -> list[dict[str, Any]]:
+    """Generation 0 (the last-known-good record) and the kept ones before it: when each was
+    replaced and what it served, for the rollback playbook to show."""
+    listed = []
+    for number, path in enumerate([os.path.join(record_dir, RECORD_FILE), *_generation_files(record_dir)]):
+        try:
+            record = json.loads(read_text(path, MAX_RECORD_BYTES) or "null")
+            shape = record.get("shape") or {}
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.stat(path).st_mtime))
+        except (OSError, ValueError, AttributeError):
+            continue
+        listed.append({"generation": number, "written": stamp, "runtime": shape.get("runtime"), "served_id": shape.get("served_id"), "port": shape.get("port")})
+    return listed
 
 
 def _restored_key(previous: dict[str, Any], secrets: dict[str, str], api_key: str) -> str:
