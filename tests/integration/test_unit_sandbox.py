@@ -2,18 +2,21 @@
 installs it with `sandbox: true`, it serves, the sandbox is in force (the OS tree and /root are
 read-only to it, its ReadWritePaths entry is writable, /tmp is its own), `systemd-analyze security`
 scores it below EXPOSURE_THRESHOLD, and `state: absent` removes it. A unit name that is a path
-removes nothing on the host.
+removes nothing on the host. The endpoint role sandboxes native launches only, and an inventory's
+endpoint_unit_extra replaces a sandbox directive (a check-mode deploy's diff).
 
 The stand-in engine is `python3 -m http.server` on a loopback port (the lab host has no native
 llama-server; docs/lab.md): a real long-running process under the same unit, as a system user."""
 
 import json
 import re
+import shutil
 import subprocess
 import time
 
 import pytest
-from lab_host import BIN, HOST, LAB_INVENTORY, ROOT, env, on_host, require_lab_host, unit_property
+import yaml
+from lab_host import BIN, HOST, LAB_INVENTORY, ROOT, env, failures, on_host, playbook, require_lab_host, unit_property
 
 pytestmark = pytest.mark.lab
 
@@ -117,3 +120,29 @@ def test_absent_with_a_path_as_name_removes_and_shows_nothing(flags):
         assert on_host("cat", victim) == "victim-contents"
     finally:
         on_host("rm", "-f", victim)
+
+
+def test_the_role_sandboxes_native_launches_only(tmp_path):
+    """deploy.yml --check --diff with frank-secondary switched to launch native: the unit's diff
+    carries the sandbox, endpoint_unit_extra's ProtectHome replaces the sandbox's, and
+    endpoint_unit_read_write_paths arrives; the podman unit the lab runs carries none of it."""
+    inventory = tmp_path / "inventories" / "lab"
+    shutil.copytree(LAB_INVENTORY, inventory)
+    (tmp_path / ".lab").symlink_to(ROOT / ".lab")
+    host_vars = inventory / "host_vars" / "frank-secondary.yml"
+    secondary = yaml.safe_load(host_vars.read_text())
+    secondary["endpoint_shape"]["launch"] = "native"
+    secondary.update(
+        endpoint_binary="/usr/bin/python3",  # check mode starts nothing; the binary must only exist
+        endpoint_model_root="/srv/lab-models",
+        endpoint_unit_read_write_paths=["/var/cache/frank-secondary"],
+        endpoint_unit_extra={"ProtectHome": "yes"},
+    )
+    host_vars.write_text(yaml.safe_dump(secondary))
+    rc, _stats, out = playbook(tmp_path, "deploy.yml", "--check", "--diff", limit="frank-secondary", inventory=inventory)
+    assert rc == 0, failures(out)
+    for line in ("ProtectSystem=strict", "NoNewPrivileges=yes", "DeviceAllow=char-nvidia* rw", "ReadWritePaths=-/var/cache/frank-secondary", "ProtectHome=yes"):
+        assert f"\\n{line}\\n" in out, line
+    assert "ProtectHome=read-only" not in out
+    podman_unit = on_host("cat", "/etc/systemd/system/frank-secondary.service")
+    assert "podman run" in podman_unit and "ProtectSystem" not in podman_unit and "NoNewPrivileges" not in podman_unit
