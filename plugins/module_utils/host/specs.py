@@ -49,6 +49,7 @@ HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
     "container": {"type": "str", "default": ""},
     "timeout": {"type": "int", "default": 300},
     "allowed_restarts": {"type": "int", "default": 0},
+    "api_key": {"type": "str", "default": "", "no_log": True},
 }
 
 UNIT_OPTIONS: dict[str, dict[str, Any]] = {
@@ -66,6 +67,8 @@ UNIT_OPTIONS: dict[str, dict[str, Any]] = {
     "timeout_start_sec": {"type": "int", "default": 900},
     "timeout_stop_sec": {"type": "int", "default": 120},
     "extra_service": {"type": "dict", "default": {}},
+    "sandbox": {"type": "bool", "default": False},
+    "read_write_paths": {"type": "list", "elements": "str", "default": []},
     "state": {"type": "str", "choices": ["started", "stopped", "absent"], "default": "started"},
     "enabled": {"type": "bool", "default": True},
     "restart": {"type": "bool", "default": False},
@@ -83,6 +86,7 @@ PROBE_OPTIONS: dict[str, dict[str, Any]] = {
     "tools": {"type": "bool", "default": False},
     "image": {"type": "bool", "default": False},
     "timeout": {"type": "int", "default": 120},
+    "api_key": {"type": "str", "default": "", "no_log": True},
 }
 
 
