@@ -9,13 +9,11 @@ change restarts it.
   restored by the documented commands."""
 
 import json
-import shutil
 import subprocess
 import time
 
 import pytest
-import yaml
-from lab_host import HOST, ROOT, env, failures, on_host, playbook, require_lab_host, unit_property
+from lab_host import HOST, env, extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, unit_property, write_endpoint_vars
 
 pytestmark = pytest.mark.lab
 
@@ -30,52 +28,23 @@ STREAM_TOKENS = 12000
 
 def remove_drain_endpoint() -> None:
     on_host("pkill", "-f", "frank-drain-stream", check=False)
-    on_host("systemctl", "disable", "--now", UNIT, f"llm-fleet-unit-metrics@{NAME}.timer", check=False)
+    remove_endpoint(NAME)
     on_host("systemctl", "unmask", OLD, check=False)
     on_host("systemctl", "disable", "--now", OLD, check=False)
-    on_host("podman", "rm", "-f", "--ignore", NAME, check=False)
-    on_host(
-        "rm",
-        "-rf",
-        f"/etc/systemd/system/{UNIT}",
-        f"/etc/systemd/system/{OLD}",
-        f"/etc/llm-fleet/{NAME}.env",
-        f"/etc/llm-fleet/{NAME}.podman.env",
-        f"/var/lib/llm-fleet/{NAME}",
-        "/var/lib/llm-fleet/archive",
-        f"/var/cache/{NAME}",
-        "/tmp/frank-drain-stream.out",
-        "/tmp/frank-drain-stream.sh",
-    )
+    on_host("rm", "-rf", f"/etc/systemd/system/{OLD}", "/var/lib/llm-fleet/archive", "/tmp/frank-drain-stream.out", "/tmp/frank-drain-stream.sh")
     on_host("systemctl", "daemon-reload")
-    on_host("systemctl", "reset-failed", UNIT, check=False)
 
 
 @pytest.fixture
 def drain_inventory(tmp_path, request):
-    inventory = tmp_path / "inventories" / "lab"
-    shutil.copytree(ROOT / "inventories" / "lab", inventory)
-    (tmp_path / ".lab").symlink_to(ROOT / ".lab")
-    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
-    hosts["all"]["children"]["llm_endpoints"]["hosts"][NAME] = {"ansible_host": HOST}
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    secondary = yaml.safe_load((inventory / "host_vars" / "frank-secondary.yml").read_text())
-    base = {
-        **secondary,
-        "endpoint_shape": {**secondary["endpoint_shape"], "port": PORT, "ctx_size": 32768, "parallel": 1},
-        "endpoint_container": {**secondary["endpoint_container"], "cache_dir": f"/var/cache/{NAME}"},
-        "endpoint_probe": False,
-        "llm_fleet_calibration_dir": str(tmp_path / "calibration"),
-        "llm_fleet_bench_dir": str(tmp_path / "bench"),
-    }
+    base = {"endpoint_probe": False}
+    shape = {"ctx_size": 32768, "parallel": 1}
+    inventory = extra_endpoint_inventory(tmp_path, NAME, PORT, endpoint_shape=shape, **base)
     request.addfinalizer(remove_drain_endpoint)
 
     def write(**changes) -> None:
-        data = {**base, **{k: v for k, v in changes.items() if k != "shape"}}
-        data["endpoint_shape"] = {**base["endpoint_shape"], **changes.get("shape", {})}
-        (inventory / "host_vars" / f"{NAME}.yml").write_text(yaml.safe_dump(data))
+        write_endpoint_vars(inventory, NAME, PORT, endpoint_shape={**shape, **changes.pop("shape", {})}, **base, **changes)
 
-    write()
     return inventory, write
 
 
