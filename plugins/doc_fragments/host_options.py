@@ -251,6 +251,19 @@ options:
             from its environment). Never logged; a 401 or 403 fails the gate at once.
         type: str
         default: ''
+      drain_timeout:
+        description:
+          - Before a restart of a running unit, seconds to wait for the engine's in-flight requests
+            (read from its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened.
+        type: int
+        default: 60
+  dropins:
+    description:
+      - Drop-in files (C(NAME.service.d/*.conf), by file name or path) the unit may have. Any other drop-in
+        under the unit directory or systemd's search path fails the step, naming it.
+    type: list
+    elements: str
+    default: []
   unit_dir:
     description: Directory for the unit file.
     type: path
@@ -546,6 +559,19 @@ options:
                 from its environment). Never logged; a 401 or 403 fails the gate at once.
             type: str
             default: ''
+          drain_timeout:
+            description:
+              - Before a restart of a running unit, seconds to wait for the engine's in-flight requests
+                (read from its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened.
+            type: int
+            default: 60
+      dropins:
+        description:
+          - Drop-in files (C(NAME.service.d/*.conf), by file name or path) the unit may have. Any other drop-in
+            under the unit directory or systemd's search path fails the step, naming it.
+        type: list
+        elements: str
+        default: []
       unit_dir:
         description: Directory for the unit file.
         type: path

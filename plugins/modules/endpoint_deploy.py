@@ -93,6 +93,15 @@ options:
         becomes the last-known-good record and runs with the current secrets.
     type: int
     default: 0
+  retire_units:
+    description:
+      - Units of an old runtime to retire before this endpoint starts (the port may be theirs) -
+        stopped, disabled, the file and its drop-ins moved to C(STATE_DIR/archive/DATE/), and masked.
+        Restorable; see docs/engine_units.md. An endpoint whose runtime or launch changes keeps its
+        unit name, and a copy of the old unit file goes to the same archive (C(steps.retire.swap)).
+    type: list
+    elements: str
+    default: []
   keep_generations:
     description: Known-good records kept per endpoint, the last-known-good one included (C(RECORD_DIR/generations/)).
     type: int
@@ -201,6 +210,7 @@ def main() -> None:
             "restore": {"type": "bool", "default": False},
             "generation": {"type": "int", "default": 0},
             "keep_generations": {"type": "int", "default": 3},
+            "retire_units": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )

@@ -109,3 +109,59 @@ def failures(out: str) -> list[str]:
                 if result.get("failed"):
                     found.append(f"{task['task']['name']}: {result.get('msg')} {str(result.get('stderr', ''))[-500:]}")
     return found
+
+
+def extra_endpoint_inventory(root: Path, name: str, port: int, **host_vars) -> Path:
+    """inventories/lab copied under root (root/.lab links the lab's facts, as ../../.lab does in the
+    tree) with one more endpoint on the lab host: frank-secondary's settings on its own port and
+    cache directory, then host_vars on top (endpoint_shape keys merge into the shape)."""
+    inventory = root / "inventories" / "lab"
+    shutil.copytree(LAB_INVENTORY, inventory)
+    (root / ".lab").symlink_to(ROOT / ".lab")
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    hosts["all"]["children"]["llm_endpoints"]["hosts"][name] = {"ansible_host": HOST}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    write_endpoint_vars(inventory, name, port, **host_vars)
+    return inventory
+
+
+def write_endpoint_vars(inventory: Path, name: str, port: int, **host_vars) -> None:
+    secondary = yaml.safe_load((LAB_INVENTORY / "host_vars" / "frank-secondary.yml").read_text())
+    shape = {**secondary["endpoint_shape"], "port": port, **host_vars.pop("endpoint_shape", {})}
+    data = {
+        **secondary,
+        "endpoint_container": {**secondary["endpoint_container"], "cache_dir": f"/var/cache/{name}"},
+        "llm_fleet_calibration_dir": str(inventory.parent.parent / "calibration"),
+        "llm_fleet_bench_dir": str(inventory.parent.parent / "bench"),
+        **host_vars,
+        "endpoint_shape": shape,
+    }
+    (inventory / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump(data))
+
+
+def remove_endpoint(name: str) -> None:
+    """Everything a deploy of endpoint `name` created on the lab host."""
+    unit = f"{name}.service"
+    on_host("systemctl", "disable", "--now", unit, check=False)
+    on_host("podman", "rm", "-f", "--ignore", name, check=False)
+    on_host("nft", "delete", "table", "inet", "llm_fleet_" + name.replace("-", "_"), check=False)
+    on_host(
+        "rm",
+        "-rf",
+        f"/etc/systemd/system/{unit}",
+        f"/etc/llm-fleet/{name}.env",
+        f"/etc/llm-fleet/{name}.podman.env",
+        f"/etc/llm-fleet/{name}.nft",
+        f"/etc/llm-fleet/{name}.last-good-secrets.json",
+        f"/var/lib/llm-fleet/{name}",
+        f"/var/cache/{name}",
+    )
+    on_host("systemctl", "daemon-reload")
+    on_host("systemctl", "reset-failed", unit, check=False)
+
+
+def lab_addresses() -> tuple[str, str]:
+    """The lab host's own address and the controller's (its default gateway), as the host sees them."""
+    own = on_host("ip", "-4", "-o", "addr", "show", "dev", "eth0").split()[3].split("/")[0]
+    gateway = on_host("ip", "route", "show", "default").split()[2]
+    return own, gateway

@@ -11,13 +11,25 @@ one allowed client network, the controller's. Then:
 
 import json
 import re
-import shutil
 import subprocess
 
 import openai
 import pytest
-import yaml
-from lab_host import BIN, HOST, ROOT, env, failures, on_host, playbook, require_lab_host, unit_property
+from lab_host import (
+    BIN,
+    HOST,
+    ROOT,
+    env,
+    extra_endpoint_inventory,
+    failures,
+    lab_addresses,
+    on_host,
+    playbook,
+    remove_endpoint,
+    require_lab_host,
+    unit_property,
+    write_endpoint_vars,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -33,24 +45,8 @@ NETNS = "llmfleet-outside"
 
 
 def remove_keyed_endpoint() -> None:
-    on_host("systemctl", "disable", "--now", UNIT, f"llm-fleet-unit-metrics@{NAME}.timer", check=False)
-    on_host("podman", "rm", "-f", "--ignore", NAME, check=False)
-    on_host("nft", "delete", "table", "inet", TABLE, check=False)
+    remove_endpoint(NAME)
     on_host("ip", "netns", "delete", NETNS, check=False)
-    on_host(
-        "rm",
-        "-rf",
-        f"/etc/systemd/system/{UNIT}",
-        f"/etc/llm-fleet/{NAME}.env",
-        f"/etc/llm-fleet/{NAME}.podman.env",
-        f"/etc/llm-fleet/{NAME}.nft",
-        f"/etc/llm-fleet/{NAME}.last-good-secrets.json",
-        f"/var/lib/llm-fleet/{NAME}",
-        f"/var/cache/{NAME}",
-        f"/var/lib/prometheus/node-exporter/llm_fleet_{UNIT}.prom",
-    )
-    on_host("systemctl", "daemon-reload")
-    on_host("systemctl", "reset-failed", UNIT, check=False)
 
 
 def vaulted(key: str, password_file) -> str:
@@ -66,39 +62,21 @@ def vaulted(key: str, password_file) -> str:
     return proc.stdout
 
 
-def lab_address() -> tuple[str, str]:
-    """The lab host's own address and the controller's (its default gateway) as the host sees them."""
-    own = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/\d+ .*global", on_host("ip", "-4", "addr", "show", "dev", "eth0")).group(1)
-    gateway = on_host("ip", "route", "show", "default").split()[2]
-    return own, gateway
-
-
 @pytest.fixture
 def keyed_inventory(tmp_path, request):
-    inventory = tmp_path / "inventories" / "lab"
-    shutil.copytree(ROOT / "inventories" / "lab", inventory)
-    (tmp_path / ".lab").symlink_to(ROOT / ".lab")
-    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
-    hosts["all"]["children"]["llm_endpoints"]["hosts"][NAME] = {"ansible_host": HOST}
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
     password = tmp_path / "vault-pass"
     password.write_text("lab-throwaway-vault-password\n")
-    _own, controller = lab_address()
-    secondary = yaml.safe_load((inventory / "host_vars" / "frank-secondary.yml").read_text())
-    plain = {
-        **secondary,
-        "endpoint_shape": {**secondary["endpoint_shape"], "port": PORT, "bind": "0.0.0.0"},
-        "endpoint_container": {**secondary["endpoint_container"], "cache_dir": f"/var/cache/{NAME}"},
-        "endpoint_allowed_networks": [f"{controller}/32"],
-        "llm_fleet_calibration_dir": str(tmp_path / "calibration"),
-        "llm_fleet_bench_dir": str(tmp_path / "bench"),
-    }
+    _own, controller = lab_addresses()
+    plain = {"endpoint_shape": {"bind": "0.0.0.0"}, "endpoint_allowed_networks": [f"{controller}/32"]}
+    inventory = extra_endpoint_inventory(tmp_path, NAME, PORT, **plain)
+    request.addfinalizer(remove_keyed_endpoint)
 
     def write(key: str) -> None:
-        (inventory / "host_vars" / f"{NAME}.yml").write_text(yaml.safe_dump(plain) + vaulted(key, password))
+        write_endpoint_vars(inventory, NAME, PORT, **plain)
+        with open(inventory / "host_vars" / f"{NAME}.yml", "a", encoding="utf-8") as host_vars:
+            host_vars.write(vaulted(key, password))
 
     write(KEY_1)
-    request.addfinalizer(remove_keyed_endpoint)
     return inventory, password, write
 
 
@@ -161,7 +139,7 @@ def key_found_on_host(key: str, *paths: str) -> list[str]:
 
 def test_a_keyed_lan_endpoint_refuses_without_the_key_drops_outsiders_and_rotates(tmp_path, keyed_inventory):
     inventory, password, write = keyed_inventory
-    own, _controller = lab_address()
+    own, _controller = lab_addresses()
     base_url = f"http://{own}:{PORT}/v1"
     stats, _out = deploy(tmp_path, inventory, password)
     assert stats["changed"] > 0 and unit_property(UNIT, "ActiveState") == "active"

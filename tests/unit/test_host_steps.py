@@ -208,7 +208,8 @@ def test_rollback_branches(tmp_path, dirs, case, previous, start_answers, probe,
 def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
     _runner, first = deploy(tmp_path, dirs, "new", [OK], probe=lambda _p: "hello there")
     steps = first["steps"]
-    assert {name: step["changed"] for name, step in steps.items()} == {"firewall": False, "engine": False, "unit": True, "probe": False, "record": True}
+    changed = {name: step["changed"] for name, step in steps.items()}
+    assert changed == {"retire": False, "firewall": False, "engine": False, "unit": True, "probe": False, "record": True}
     assert steps["probe"]["completion"] == "hello there"
     assert [action.split()[0] for action in first["actions"]] == ["write", f"{SYSTEMCTL}", f"{SYSTEMCTL}", "write", "write"]
     assert first["actions"][-1].startswith(f"write {tmp_path}/record/{RECORD_FILE}")

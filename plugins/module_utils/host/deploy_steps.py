@@ -16,11 +16,20 @@ from dataclasses import fields
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.drain import drain, read_in_flight
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import http_get, wait_healthy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, HEALTH_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS, with_defaults
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit, unit_paths
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import (
+    UnitError,
+    UnitSpec,
+    foreign_dropins,
+    is_cosmetic_change,
+    render_env_file,
+    render_unit,
+    unit_paths,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, UnitManager, boottime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
 
@@ -159,12 +168,23 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
     except (UnitError, KeyError, TypeError, ValueError) as exc:
         raise StepError(str(exc), {**result, "elapsed": elapsed()}) from None
 
+    foreign = foreign_dropins(name, params["unit_dir"], list(params["dropins"]))
+    if foreign:
+        raise StepError(
+            f"{name}: drop-ins change this unit behind the deploy: {', '.join(foreign)}; remove them, or list each file name "
+            "in dropins (endpoint_unit_dropins) to keep it",
+            {**result, "foreign_dropins": foreign, "elapsed": elapsed()},
+        )
     unit_before = read_text(unit_path)
     env_before = read_text(env_path)
     unit_changed = unit_before != unit_text
     # An env file the unit no longer names is removed: it may hold a secret the inventory dropped.
     env_changed = env_before != env_text
-    content_changed = unit_changed or env_changed
+    # A documentation-only edit rewrites the file and reloads systemd; the engine keeps serving.
+    cosmetic = is_cosmetic_change(unit_before, unit_text) and not env_changed
+    content_changed = (unit_changed and not cosmetic) or env_changed
+    if cosmetic:
+        result["cosmetic"] = True
     if unit_changed and diff:
         result["diff"] = {"before": unit_before or "", "after": unit_text, "before_header": unit_path, "after_header": unit_path}
     if env_text:
@@ -178,16 +198,20 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
         result["env_changed"] = True
     if unit_changed:
         host.write(unit_path, unit_text, 0o644)
+    health_params = params["health"]
+    health = _health_spec(health_params) if health_params else None
     if host.check_mode:
         # What would change is known from the content; the start and the health gate need a real start.
-        result["changed"] = content_changed or restart
+        result["changed"] = unit_changed or env_changed or restart
+        if (content_changed or restart) and health and health.drain_timeout > 0:
+            # Whether the restart would cut requests if it ran now.
+            now = read_in_flight(http_get, health.host, health.port, health.api_key)
+            result["drain"] = {"outcome": "unknown" if now is None else ("would_cut" if now else "idle"), "in_flight_now": now}
         result["elapsed"] = elapsed()
         return result
 
-    health_params = params["health"]
-    health = _health_spec(health_params) if health_params else None
     try:
-        if content_changed:
+        if unit_changed or env_changed:
             manager.daemon_reload()
             result["changed"] = True
         props = manager.show(name)
@@ -208,6 +232,9 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
 
         started_at = None
         if content_changed or restart or props.get("ActiveState") != "active":
+            if health and health.drain_timeout > 0 and props.get("ActiveState") == "active":
+                # Let the streams in flight finish (bounded) before the stop cuts them.
+                result["drain"] = drain(http_get, health.host, health.port, health.api_key, health.drain_timeout).as_dict()
             manager.stop_previous(name, health)
             if health:
                 manager.port_gate(name, health)
@@ -241,6 +268,7 @@ def _health_spec(params: dict[str, Any]) -> HealthSpec:
             timeout=float(given["timeout"]),
             allowed_restarts=int(given["allowed_restarts"]),
             api_key=str(given["api_key"] or ""),
+            drain_timeout=float(given["drain_timeout"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StepError(f"health: needs a numeric port, timeout and allowed_restarts ({exc})", {}) from None

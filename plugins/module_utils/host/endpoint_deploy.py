@@ -20,6 +20,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.files import FileT
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_engine, ensure_unit, run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import ensure_firewall, firewall_from
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import archive_copy, archive_dir, retire_unit, runtime_swap
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
@@ -117,6 +118,21 @@ def _bring_up(
     return engine_result, ensure_unit(unit, host, diff)
 
 
+def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dict[str, Any], host: Host) -> dict[str, Any]:
+    """Before the new unit starts (its port may still be held): the units the inventory retires,
+    and, on a runtime or launch swap, a copy of the unit file about to be replaced, both into one
+    dated archive directory beside the records."""
+    unit = params["unit"]
+    unit_dir = str(unit.get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
+    archive = archive_dir(os.path.dirname(os.path.normpath(params["record_dir"])))
+    units = [retire_unit(str(name), host, unit_dir, archive) for name in params.get("retire_units") or []]
+    result: dict[str, Any] = {"changed": any(u["changed"] for u in units), "units": units, "swap": runtime_swap(previous, record["shape"])}
+    if result["swap"]:
+        result["archived_to"] = archive_copy(host, os.path.join(unit_dir, str(unit["name"])), archive)
+        result["changed"] = result["changed"] or bool(result["archived_to"])
+    return result
+
+
 def _secrets_path(unit: dict[str, Any]) -> str:
     """The last-known-good secrets: beside the env files (root-only), never in the record."""
     env_dir = str(unit.get("env_dir") or UNIT_OPTIONS["env_dir"]["default"])
@@ -147,6 +163,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         unit = {**unit, "pre_start": [*firewall_result.pop("pre_start"), *(unit.get("pre_start") or [])]}
     firewall_result.pop("pre_start", None)
     record = {"shape": params.get("shape") or {}, "engine": _without_secrets(engine) or None, "unit": _without_secrets(unit)}
+    retire_result = _retire(params, previous, record, host)
     try:
         engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, api_key=api_key)
         probe_result: dict[str, Any] = {"changed": False}
@@ -195,7 +212,14 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         elif previous_secrets is not None:
             host.remove(secrets_path)
         record_result["secrets_changed"] = True
-    steps = {"firewall": firewall_result, "engine": engine_result, "unit": unit_result, "probe": probe_result, "record": record_result}
+    steps = {
+        "retire": retire_result,
+        "firewall": firewall_result,
+        "engine": engine_result,
+        "unit": unit_result,
+        "probe": probe_result,
+        "record": record_result,
+    }
     result: dict[str, Any] = {
         "changed": any(step["changed"] for step in steps.values()),
         "steps": steps,

@@ -50,6 +50,7 @@ HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
     "timeout": {"type": "int", "default": 300},
     "allowed_restarts": {"type": "int", "default": 0},
     "api_key": {"type": "str", "default": "", "no_log": True},
+    "drain_timeout": {"type": "int", "default": 60},
 }
 
 UNIT_OPTIONS: dict[str, dict[str, Any]] = {
@@ -73,6 +74,7 @@ UNIT_OPTIONS: dict[str, dict[str, Any]] = {
     "enabled": {"type": "bool", "default": True},
     "restart": {"type": "bool", "default": False},
     "health": {"type": "dict", "options": HEALTH_OPTIONS},
+    "dropins": {"type": "list", "elements": "str", "default": []},
     "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
     "env_dir": {"type": "path", "default": "/etc/llm-fleet"},
 }

@@ -262,3 +262,49 @@ def render_unit(spec: UnitSpec) -> str:
         lines.append(f"{key}={spec.extra_service[key]}")
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
+
+
+# --- what changed, and who else changes the unit ----------------------------------------------
+
+# Lines that document a unit without changing how it runs: a change to them alone rewrites the file
+# and reloads systemd, but never restarts a serving engine (the seeds: "Comment-only: no restart needed.").
+_COSMETIC_KEYS = ("Description=", "Documentation=")
+# Where systemd reads a service's drop-ins from (besides the unit directory the module writes to).
+DROPIN_ROOTS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+
+
+def running_lines(text: str | None) -> list[str]:
+    """A unit's text without comments, blank lines and documentation: what systemd runs."""
+    if text is None:
+        return []
+    kept = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", ";")) or stripped.startswith(_COSMETIC_KEYS):
+            continue
+        kept.append(stripped)
+    return kept
+
+
+def is_cosmetic_change(before: str | None, after: str) -> bool:
+    """True when the unit changes only in comments or documentation (a serving engine keeps running)."""
+    return before is not None and before != after and running_lines(before) == running_lines(after)
+
+
+def foreign_dropins(name: str, unit_dir: str, allowed: list[str], roots: tuple[str, ...] = DROPIN_ROOTS) -> list[str]:
+    """Drop-in files that change the unit behind the module's back: every NAME.d/*.conf under the
+    unit directory and systemd's own search path that the inventory does not list (by file name or
+    full path). The seeds' story: a forgotten bench.conf drop-in "made every frank-primary deploy
+    since 2026-10-08 04:09 restart the staging worktree behind a green health gate"."""
+    found = []
+    for root in dict.fromkeys((unit_dir, *roots)):
+        directory = os.path.join(root, f"{name}.d")
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for entry in names:
+            path = os.path.join(directory, entry)
+            if entry.endswith(".conf") and entry not in allowed and path not in allowed:
+                found.append(path)
+    return found

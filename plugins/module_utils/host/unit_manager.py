@@ -49,6 +49,7 @@ class HealthSpec:
     interval: float = 0.5
     allowed_restarts: int = default(HEALTH_OPTIONS, "allowed_restarts")
     api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
+    drain_timeout: float = default(HEALTH_OPTIONS, "drain_timeout")  # seconds a restart waits for in-flight requests
 
 
 def boottime() -> float:

@@ -1,0 +1,82 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Retiring units: what the fleet did with an old runtime's units, "retired into the trash rather
+than deleted" (the seeds), so a cutover can be undone.
+
+A retired unit is stopped, disabled, its file (and its NAME.d drop-ins) moved to a dated archive
+directory, and masked, so nothing starts it again by accident. Restoring it is:
+
+    systemctl unmask NAME && mv ARCHIVE/NAME ARCHIVE/NAME.d /etc/systemd/system/ \\
+      && systemctl daemon-reload && systemctl enable --now NAME
+
+A runtime or launch swap of an endpoint (llama.cpp native -> vLLM in podman, say) keeps the unit's
+name but not what it runs: a copy of the old unit file goes to the same archive before the new one
+replaces it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, UnitManager
+
+_RETIRE_NAME_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+
+
+def archive_dir(state_dir: str, when: float | None = None) -> str:
+    """STATE_DIR/archive/YYYYmmdd-HHMMSS: one directory per deploy that retired something."""
+    return os.path.join(state_dir, "archive", time.strftime("%Y%m%d-%H%M%S", time.gmtime(when)))
+
+
+def retire_unit(name: str, host: Host, unit_dir: str, archive: str) -> dict[str, Any]:
+    """Stop, disable, archive and mask one unit; nothing when it is gone or already masked."""
+    if not _RETIRE_NAME_RE.match(name) or ".." in name:
+        raise StepError(f"retire_units: {name!r} is not a service unit name (NAME.service, no '/')", {"changed": False})
+    path = os.path.join(unit_dir, name)
+    result: dict[str, Any] = {"unit": name, "changed": False}
+    if os.path.islink(path) and os.readlink(path) == "/dev/null":
+        result["state"] = "masked"
+        return result
+    if not os.path.isfile(path):
+        result["state"] = "absent"
+        return result
+    manager = UnitManager(host)
+    try:
+        manager.systemctl("stop", name)
+        manager.systemctl("disable", name)
+        host.makedirs(archive, mode=0o700)
+        host.move(path, os.path.join(archive, name))
+        if os.path.isdir(path + ".d"):
+            host.move(path + ".d", os.path.join(archive, name + ".d"))
+        manager.daemon_reload()
+        manager.systemctl("mask", name)
+    except GateError as exc:
+        raise StepError(f"retiring {name}: {exc}", {**result, "changed": True}) from None
+    result.update(changed=True, state="retired", archived_to=os.path.join(archive, name))
+    return result
+
+
+def runtime_swap(previous: dict[str, Any] | None, shape: dict[str, Any]) -> str:
+    """'llamacpp/native -> vllm/podman' when the endpoint changes runtime or launch; '' otherwise."""
+    if not previous:
+        return ""
+    before = previous.get("shape") or {}
+    old = f"{before.get('runtime', '?')}/{before.get('launch', '?')}"
+    new = f"{shape.get('runtime', '?')}/{shape.get('launch', '?')}"
+    return f"{old} -> {new}" if before and old != new else ""
+
+
+def archive_copy(host: Host, unit_path: str, archive: str) -> str:
+    """A copy of the unit file a swap is about to replace; its path ('' when there is none)."""
+    text = read_text(unit_path, 1 << 20)
+    if text is None:
+        return ""
+    target = os.path.join(archive, os.path.basename(unit_path))
+    host.write(target, text, 0o644, dir_mode=0o700)
+    return target
