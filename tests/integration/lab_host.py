@@ -56,6 +56,12 @@ def playbook(
     play's hosts, the JSON output). A shape override is an extra var (endpoint_shape): give `limit`
     (the endpoint) so it reaches that endpoint only."""
     argv = [str(BIN / "ansible-playbook"), f"playbooks/{name}", *extra]
+    extra_vars = dict(extra_vars or {})
+    if "endpoint_shape" in extra_vars and limit and inventory is None:
+        # An extra var applies to every host: the other endpoints would share this shape (and port)
+        # and the preflight's port-clash check would rightly refuse. The shape goes to the limited
+        # endpoint's host_vars in a copy of the lab inventory instead.
+        inventory = _inventory_with_shape(tmp_path, limit, extra_vars.pop("endpoint_shape"))
     if inventory is not None:
         argv += ["-i", str(inventory)]
     if limit:
@@ -71,6 +77,19 @@ def playbook(
         for key, value in host_stats.items():
             stats[key] = stats.get(key, 0) + value
     return proc.returncode, stats, proc.stdout
+
+
+def _inventory_with_shape(tmp_path: Path, endpoint: str, shape: dict) -> Path:
+    root = tmp_path / "shape-override"
+    inventory = root / "inventories" / "lab"
+    if not inventory.exists():
+        shutil.copytree(LAB_INVENTORY, inventory)
+        (root / ".lab").symlink_to(ROOT / ".lab")
+    host_vars = inventory / "host_vars" / f"{endpoint}.yml"
+    data = yaml.safe_load((LAB_INVENTORY / "host_vars" / f"{endpoint}.yml").read_text())
+    data["endpoint_shape"] = shape
+    host_vars.write_text(yaml.safe_dump(data))
+    return inventory
 
 
 def on_host(*argv: str, check: bool = True) -> str:
