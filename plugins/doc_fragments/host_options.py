@@ -134,9 +134,9 @@ options:
   seccomp_unconfined:
     description:
       - Run without podman's seccomp profile (C(seccomp=unconfined)). Only where a ROCm stack on a
-        given kernel fails inside the profile (ROCm's own documentation runs containers
-        unconfined; its profilers and debugger need perf_event_open and ptrace, which the profile
-        refuses). The default keeps the profile.
+        given kernel fails inside the profile, which refuses move_pages, migrate_pages and
+        perf_event_open (ROCm's own container instructions run unconfined). The default keeps
+        the profile.
     type: bool
     default: false
   env_file:
@@ -427,9 +427,9 @@ options:
       seccomp_unconfined:
         description:
           - Run without podman's seccomp profile (C(seccomp=unconfined)). Only where a ROCm stack on a
-            given kernel fails inside the profile (ROCm's own documentation runs containers
-            unconfined; its profilers and debugger need perf_event_open and ptrace, which the profile
-            refuses). The default keeps the profile.
+            given kernel fails inside the profile, which refuses move_pages, migrate_pages and
+            perf_event_open (ROCm's own container instructions run unconfined). The default keeps
+            the profile.
         type: bool
         default: false
       env_file:
