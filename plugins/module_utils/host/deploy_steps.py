@@ -73,7 +73,6 @@ def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, A
         env_text = render_podman_env_file(environment) if environment else None
         if engine.gpu_vendor == "amd":
             engine.gpu_gids = host_group_ids(GPU_GROUPS)
-        hash_key = _config_hash_key(host, os.path.join(os.path.dirname(env_file), CONFIG_HASH_KEY_FILE))
     except EngineError as exc:
         raise StepError(str(exc), result) from None
 
@@ -89,6 +88,10 @@ def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, A
     if not ok:
         raise StepError(verdict, {**result, "expected_digest": params["digest"]})
 
+    try:
+        hash_key = _config_hash_key(host, os.path.join(os.path.dirname(env_file), CONFIG_HASH_KEY_FILE))
+    except EngineError as exc:
+        raise StepError(str(exc), result) from None
     before = read_text(env_file)
     if env_text is not None:
         result["env_file"] = env_file
@@ -143,7 +146,7 @@ def _config_hash_key(host: Host, path: str) -> HashKey:
         info = os.lstat(path)
     except FileNotFoundError:
         key = secrets.token_bytes(32)
-        host.write(path, key.hex() + "\n", 0o600, dir_mode=0o700)
+        host.write(path, key.hex() + "\n", 0o600)
         return HashKey(key, True)
     if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) & 0o077 or info.st_uid != os.geteuid():
         raise EngineError(f"{path}: the config-hash key must be a plain file owned by this user with mode 0600; remove it to have a new one made")
