@@ -256,3 +256,32 @@ def test_remove_engine_reports_the_removed_env_file(params, tmp_path):
     result = remove_engine(params, Host(FakeRunner({(PODMAN, "container", "exists"): [(1, "", "")]})))
     assert result == {"changed": True, "env_changed": True}
     assert not (tmp_path / "etc" / "frank-primary.podman.env").exists()
+
+
+def test_check_mode_writes_no_key_no_env_file_and_no_cache_dir(params, tmp_path):
+    result, host = run({**params, "user": "10001:10001", "secret_environment": {"API_KEY": "one"}}, check_mode=True)
+    assert result["changed"] is True and result["env_changed"] is True
+    assert not (tmp_path / "etc").exists() and not (tmp_path / "cache").exists()
+    assert [action.split()[0] for action in host.actions] == ["write", "write", "mkdir", CHOWN]
+
+
+class Group:
+    def __init__(self, gid):
+        self.gr_gid = gid
+
+
+def test_amd_engines_get_the_hosts_video_and_render_gids(params, monkeypatch):
+    groups = {"video": Group(44), "render": Group(993)}
+
+    def getgrnam(name):
+        return groups[name]
+
+    monkeypatch.setattr("ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps.grp.getgrnam", getgrnam)
+    result, _host = run({**params, "gpu_vendor": "amd"})
+    assert [arg for arg in result["run_argv"] if arg.startswith("--group-add")] == ["--group-add=44", "--group-add=993"]
+    del groups["render"]  # an older host with video only
+    result, _host = run({**params, "gpu_vendor": "amd"})
+    assert [arg for arg in result["run_argv"] if arg.startswith("--group-add")] == ["--group-add=44"]
+    groups.clear()
+    with pytest.raises(StepError, match="^gpu_vendor: amd needs one of the host groups video, render"):
+        run({**params, "gpu_vendor": "amd"})
