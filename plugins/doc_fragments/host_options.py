@@ -256,6 +256,12 @@ options:
         description: Restarts tolerated during the wait before it counts as a crash loop.
         type: int
         default: 0
+      api_key:
+        description:
+          - The endpoint's API key, sent as a bearer token with the health requests (the engine gets it
+            from its environment). Never logged; a 401 or 403 fails the gate at once.
+        type: str
+        default: ''
   unit_dir:
     description: Directory for the unit file.
     type: path
@@ -300,6 +306,10 @@ options:
     description: Seconds each probe request may take.
     type: int
     default: 120
+  api_key:
+    description: The endpoint's API key, sent as a bearer token. Never logged.
+    type: str
+    default: ''
 """
 
     DEPLOY = r"""
@@ -552,6 +562,12 @@ options:
             description: Restarts tolerated during the wait before it counts as a crash loop.
             type: int
             default: 0
+          api_key:
+            description:
+              - The endpoint's API key, sent as a bearer token with the health requests (the engine gets it
+                from its environment). Never logged; a 401 or 403 fails the gate at once.
+            type: str
+            default: ''
       unit_dir:
         description: Directory for the unit file.
         type: path
@@ -599,4 +615,8 @@ options:
         description: Seconds each probe request may take.
         type: int
         default: 120
+      api_key:
+        description: The endpoint's API key, sent as a bearer token. Never logged.
+        type: str
+        default: ''
 """

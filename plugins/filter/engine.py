@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv import ArgvError, engine_argv
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, bind_policy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
 
@@ -35,10 +36,21 @@ def _client_window(ceiling: int, gap: int | None = None) -> dict[str, Any]:
         raise AnsibleFilterError(f"client_window: {exc}") from None
 
 
+def _bind_policy(
+    shape: dict[str, Any], name: str, networks: list[str] | None = None, has_key: bool = False, lan_without_key: bool = False
+) -> dict[str, Any] | None:
+    try:
+        typed = parse_shape(shape, name)
+        firewall = bind_policy(name, typed.bind, typed.port, list(networks or []), bool(has_key), bool(lan_without_key))
+    except (ShapeError, PolicyError) as exc:
+        raise AnsibleFilterError(f"{name}: {exc}") from None
+    return None if firewall is None else {"port": firewall.port, "networks": list(firewall.networks)}
+
+
 def _boot_ledger(text: str) -> dict[str, Any]:
     return parse_boot_log(text).as_dict()
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"shape": _shape, "engine_argv": _engine_argv, "client_window": _client_window, "boot_ledger": _boot_ledger}
+        return {"shape": _shape, "engine_argv": _engine_argv, "client_window": _client_window, "boot_ledger": _boot_ledger, "bind_policy": _bind_policy}

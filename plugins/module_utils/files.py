@@ -9,13 +9,23 @@ import os
 import tempfile
 
 
-def read_text(path: str) -> str | None:
-    """The file's text, or None when it does not exist."""
+class FileTooLarge(ValueError):
+    """A file that is larger than its reader's bound (a record, a manifest): refused, not read."""
+
+
+def read_text(path: str, max_bytes: int | None = None) -> str | None:
+    """The file's text, or None when it does not exist. With max_bytes, a larger file raises
+    FileTooLarge instead of being read into memory."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return handle.read()
+            if max_bytes is None:
+                return handle.read()
+            text = handle.read(max_bytes + 1)
     except FileNotFoundError:
         return None
+    if len(text) > max_bytes:
+        raise FileTooLarge(f"{path} is larger than {max_bytes} bytes")
+    return text
 
 
 def read_bytes(path: str) -> bytes | None:

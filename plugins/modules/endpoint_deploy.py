@@ -37,6 +37,35 @@ attributes:
     support: partial
     description: A second deploy with the same arguments reports no change; O(restore=true) always restarts, so it always reports a change.
 options:
+  api_key:
+    description:
+      - The endpoint's API key (from Ansible Vault). The engine reads it from its environment
+        (C(LLAMA_API_KEY) for llama-server, C(VLLM_API_KEY) for vLLM, by O(shape.runtime)), never
+        from argv; the health gate and the smoke probe send it as a bearer token. A change of the
+        key alone restarts the engine, and a failing one rolls back to the previous key.
+      - The key is never logged, recorded or returned; the previous secrets are kept root-only
+        beside the env files (C(ENV_DIR/NAME.last-good-secrets.json)) for the rollback.
+    type: str
+    default: ''
+  firewall:
+    description:
+      - The firewall of a LAN bind, as the role's C(frank.llm_fleet.bind_policy) filter gives it - the
+        endpoint's own nftables table C(inet llm_fleet_NAME) admits, on O(firewall.port), loopback, this
+        host's own addresses and O(firewall.networks), and drops the rest. Written to
+        C(/etc/llm-fleet/NAME.nft), applied at once when it changes (no engine restart), and loaded
+        by the unit before every start (C(ExecStartPre)).
+      - Omitted, the endpoint's table and file are removed if they exist (the endpoint went back to loopback).
+    type: dict
+    suboptions:
+      port:
+        description: The engine's port.
+        type: int
+        required: true
+      networks:
+        description: The client networks allowed (CIDRs).
+        type: list
+        elements: str
+        required: true
   secret_environment:
     description: Secret environment for the engine (the container's env file or the unit's). Never logged or recorded.
     type: dict
@@ -54,9 +83,20 @@ options:
     type: bool
     default: true
   restore:
-    description: Only bring the last-known-good shape up again.
+    description: Only bring the last-known-good shape (or, with O(generation), an older one) up again.
     type: bool
     default: false
+  generation:
+    description:
+      - With O(restore=true), the known-good record to bring up - 0 is the last-known-good one, N the
+        Nth before it (RETURN's C(generations) lists them). An older generation that comes up green
+        becomes the last-known-good record and runs with the current secrets.
+    type: int
+    default: 0
+  keep_generations:
+    description: Known-good records kept per endpoint, the last-known-good one included (C(RECORD_DIR/generations/)).
+    type: int
+    default: 3
 """
 
 EXAMPLES = r"""
@@ -124,6 +164,11 @@ rolled_back:
       O(rollback=false), is not rolled back.
   returned: always
   type: bool
+generations:
+  description: The known-good records kept - C(generation) (0 is the last-known-good), C(written), C(runtime), C(served_id), C(port).
+  returned: success
+  type: list
+  elements: dict
 restored:
   description: True when O(restore=true) brought the last-known-good shape up again (always restarted, so changed).
   returned: when restore is true
@@ -143,12 +188,19 @@ def main() -> None:
         argument_spec={
             "engine": {"type": "dict", "options": ENGINE_OPTIONS},
             "unit": {"type": "dict", "required": True, "options": UNIT_OPTIONS},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "firewall": {
+                "type": "dict",
+                "options": {"port": {"type": "int", "required": True}, "networks": {"type": "list", "elements": "str", "required": True}},
+            },
             "secret_environment": {"type": "dict", "default": {}, "no_log": True},
             "probe": {"type": "dict", "options": PROBE_OPTIONS},
             "shape": {"type": "dict", "default": {}},
             "record_dir": {"type": "path", "required": True},
             "rollback": {"type": "bool", "default": True},
             "restore": {"type": "bool", "default": False},
+            "generation": {"type": "int", "default": 0},
+            "keep_generations": {"type": "int", "default": 3},
         },
         supports_check_mode=True,
     )

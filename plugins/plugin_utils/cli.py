@@ -51,7 +51,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest i
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import BarProgress
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import GENERATED, EndpointFacts, exported_series, generate
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import GENERATED, EndpointFacts, client_key_env, exported_series, generate
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.ledger_svg import render_svg
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.plots import render_bench_png, render_ledger_png
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.tree_writer import write_tree
@@ -346,6 +346,8 @@ def inventory_endpoints(inventory: str, calibration_dir: str | None) -> tuple[li
                 shape=hv["endpoint_shape"],
                 devices=hv.get("endpoint_devices") or [],
                 boots=[b for b in boots if b.get("endpoint") == name],
+                # Only whether a key is declared (a vaulted value stays encrypted here) and its variable.
+                api_key_env=client_key_env(name, str(hv.get("endpoint_api_key_env") or "")) if hv.get("endpoint_api_key") else "",
             )
         )
     return endpoints, calibration_dir

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -39,6 +40,7 @@ class EndpointFacts:
     devices: list[dict[str, Any]] = field(default_factory=list)
     boots: list[dict[str, Any]] = field(default_factory=list)  # stored boot ledgers, oldest first
     payload_dir: str = ""
+    api_key_env: str = ""  # the clients' variable for the endpoint's key; empty when it has none
 
     @cached_property
     def typed(self) -> Shape:
@@ -55,8 +57,12 @@ class EndpointFacts:
 
     @cached_property
     def client_entry(self) -> dict[str, Any]:
-        """The harness's models.yml entry: written as the fragment and quoted by the runbook."""
-        return models_entry(self.typed, self.base_url)
+        """The harness's models.yml entry: written as the fragment and quoted by the runbook. A keyed
+        endpoint's entry names the variable the client reads the key from, never the key."""
+        entry = models_entry(self.typed, self.base_url)
+        if self.api_key_env:
+            entry["apiKeyEnv"] = self.api_key_env
+        return entry
 
     @property
     def last_boot(self) -> dict[str, Any] | None:
@@ -70,6 +76,14 @@ class Artifacts:
     ledgers: dict[str, tuple[BudgetResult | None, str]] = field(default_factory=dict)  # picture path -> (result, title or why not)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # the series check: any entry fails the run
+
+
+def client_key_env(endpoint: str, declared: str = "") -> str:
+    """The environment variable a client reads an endpoint's key from: the inventory's
+    endpoint_api_key_env, else NAME_API_KEY (frank-primary -> FRANK_PRIMARY_API_KEY)."""
+    if declared and "{{" not in declared:
+        return declared
+    return re.sub(r"[^A-Z0-9]", "_", endpoint.upper()) + "_API_KEY"
 
 
 def exported_series(series_dir: str) -> dict[str, set[str]]:
@@ -116,7 +130,7 @@ def generate(endpoints: list[EndpointFacts], exported: dict[str, set[str]], inve
         out.notes.extend(notes)
         groups.append(group)
         out.files[f"prometheus/rules/{facts.name}.rules.yml"] = {"groups": [group]}
-        scrape.append(observability.scrape_job(facts.name, facts.typed, facts.address))
+        scrape.append(observability.scrape_job(facts.name, facts.typed, facts.address, keyed=bool(facts.api_key_env)))
         out.files[f"client/{facts.name}.models.yml"] = {"models": [facts.client_entry]}
     out.problems.extend(observability.check_rule_groups(groups, exported))
     scrape.append(observability.node_job([f.address for f in endpoints]))

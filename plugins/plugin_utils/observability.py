@@ -159,13 +159,23 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in re.split(r"[-_]", name))
 
 
-def scrape_job(endpoint: str, shape: Shape, address: str) -> dict[str, Any]:
-    """The endpoint's own /metrics (llama.cpp needs --metrics, which the roles always pass)."""
-    return {
+# Where Prometheus reads a keyed endpoint's key: relative to prometheus.yml (Prometheus resolves it
+# so), staged there by the operator, mode 0600, never generated.
+KEY_FILE_DIR = "keys"
+
+
+def scrape_job(endpoint: str, shape: Shape, address: str, keyed: bool = False) -> dict[str, Any]:
+    """The endpoint's own /metrics (llama.cpp needs --metrics, which the roles always pass).
+    llama-server guards /metrics with its API key (vLLM guards only /v1): a keyed llama.cpp
+    endpoint is scraped with the key from a file, never with the key in this config."""
+    job: dict[str, Any] = {
         "job_name": endpoint,
         "metrics_path": "/metrics",
         "static_configs": [{"targets": [f"{address}:{shape.port}"], "labels": {"endpoint": endpoint, "runtime": shape.runtime}}],
     }
+    if keyed and shape.runtime == "llamacpp":
+        job["authorization"] = {"type": "Bearer", "credentials_file": f"{KEY_FILE_DIR}/{endpoint}.key"}
+    return job
 
 
 def node_job(addresses: list[str], port: int = 9100) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def test_endpoint_deploy_documents_the_same_options_word_for_word(option, fragme
 def test_defaults_fill_nested_options_the_way_ansible_does():
     unit = with_defaults(UNIT_OPTIONS, {"name": "x.service", "command": ["/bin/true"], "health": {"port": 7771}})
     assert unit["restart_sec"] == 5 and unit["timeout_start_sec"] == 900 and unit["enabled"] is True
-    assert unit["health"] == {"port": 7771, "host": "127.0.0.1", "served_id": "", "container": "", "timeout": 300, "allowed_restarts": 0}
+    assert unit["health"] == {"port": 7771, "host": "127.0.0.1", "served_id": "", "container": "", "timeout": 300, "allowed_restarts": 0, "api_key": ""}
     # A default is a fresh copy: one caller's list cannot leak into the next.
     engine = with_defaults(ENGINE_OPTIONS, {"name": "e"})
     engine["ulimits"].append("nofile=1:1")

@@ -96,7 +96,7 @@ def health_wait(tmp_path, script, get, timeout=30.0):
 
 
 def engine_answers(health_status=200, models=("lab",)):
-    def get(_host, _port, path):
+    def get(_host, _port, path, _api_key=""):
         if path == "/health":
             return health_status, b""
         return 200, json.dumps({"data": [{"id": m} for m in models]}).encode()
@@ -104,7 +104,7 @@ def engine_answers(health_status=200, models=("lab",)):
     return get
 
 
-def models_forbidden(_host, _port, path):
+def models_forbidden(_host, _port, path, _api_key=""):
     return (200, b"") if path == "/health" else (403, b"")
 
 
@@ -208,10 +208,39 @@ def test_rollback_branches(tmp_path, dirs, case, previous, start_answers, probe,
 def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
     _runner, first = deploy(tmp_path, dirs, "new", [OK], probe=lambda _p: "hello there")
     steps = first["steps"]
-    assert {name: step["changed"] for name, step in steps.items()} == {"engine": False, "unit": True, "probe": False, "record": True}
+    assert {name: step["changed"] for name, step in steps.items()} == {"firewall": False, "engine": False, "unit": True, "probe": False, "record": True}
     assert steps["probe"]["completion"] == "hello there"
     assert [action.split()[0] for action in first["actions"]] == ["write", f"{SYSTEMCTL}", f"{SYSTEMCTL}", "write", "write"]
     assert first["actions"][-1].startswith(f"write {tmp_path}/record/{RECORD_FILE}")
     runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")]})
     again = deploy_endpoint({"unit": unit_params(dirs, description="new"), "record_dir": str(tmp_path / "record")}, Host(runner, check_mode=True), diff=True)
     assert not again["changed"] and again["actions"] == []
+
+
+# --- known-good generations --------------------------------------------------------------------
+
+
+def test_generations_keep_the_last_k_records_and_restore_any_of_them(tmp_path, dirs):
+    record_dir = tmp_path / "record"
+    for description in ("one", "two", "three", "four"):
+        runner = FakeRunner({(SYSTEMCTL, "show"): [DEAD]})
+        params = {"unit": unit_params(dirs, description=description), "record_dir": str(record_dir), "keep_generations": 3}
+        result = deploy_endpoint(params, Host(runner), diff=False)
+    # Three kept: the last-known-good (four) and the two before it; "one" is gone.
+    assert [(g["generation"]) for g in result["generations"]] == [0, 1, 2]
+    kept = [json.loads(p.read_text())["unit"]["description"] for p in sorted((record_dir / "generations").iterdir(), reverse=True)]
+    assert kept == ["three", "two"]
+    # A no-op redeploy keeps the generations as they are.
+    deploy_endpoint({**params, "unit": unit_params(dirs, description="four")}, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    assert len(list((record_dir / "generations").iterdir())) == 2
+
+    # Restore generation 2 ("two"): it serves and becomes the last-known-good; "four" becomes generation 1.
+    restore = {"unit": {"name": UNIT, **dirs}, "record_dir": str(record_dir), "restore": True, "generation": 2, "keep_generations": 3}
+    restored = deploy_endpoint(restore, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    assert restored["restored"] and installed_description(dirs) == "Description=two\n"
+    assert json.loads((record_dir / RECORD_FILE).read_text())["unit"]["description"] == "two"
+    kept = [json.loads(p.read_text())["unit"]["description"] for p in sorted((record_dir / "generations").iterdir(), reverse=True)]
+    assert kept == ["four", "three"]
+
+    with pytest.raises(StepError, match="generation: 5 is not kept; .* holds generations 0 \\(last-known-good\\) to 2"):
+        deploy_endpoint({**restore, "generation": 5}, Host(FakeRunner()), diff=False)

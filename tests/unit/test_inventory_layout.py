@@ -102,3 +102,19 @@ def test_a_typo_in_a_shape_key_fails_at_the_argument_specs(production):
     proc = budget_check(production)
     assert proc.returncode != 0
     assert "max_model_lne" in proc.stdout and "TASK [frank.llm_fleet.endpoint : Show the ledger" not in proc.stdout
+
+
+def test_two_endpoints_on_one_machine_and_port_are_refused_before_the_budget(production):
+    # frank-large and frank-secondary share dankclaw: give frank-large frank-secondary's port.
+    secondary = yaml.safe_load((production / "host_vars" / "frank-secondary.yml").read_text())
+    large_file = production / "host_vars" / "frank-large.yml"
+    large = yaml.safe_load(large_file.read_text())
+    large["endpoint_shape"]["port"] = secondary["endpoint_shape"]["port"]
+    large_file.write_text(yaml.safe_dump(large))
+    proc = ansible("ansible-playbook", "playbooks/deploy_fleet.yml", "-i", str(production), "--check", "--tags", "budget")
+    assert proc.returncode != 0
+    port = secondary["endpoint_shape"]["port"]
+    # The fleet rolls out one endpoint at a time: the first of the pair is refused, naming the other.
+    assert f"frank-secondary: port {port} on dankclaw is also the port of frank-large" in " ".join(proc.stdout.split())
+    # frank-primary, alone on dankserver, was priced as usual.
+    assert "fits: yes" in proc.stdout

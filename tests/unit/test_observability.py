@@ -163,6 +163,13 @@ def test_promtool_accepts_the_generated_config_and_rules(tmp_path):
         out = tmp_path / Path(inventory).name
         proc = generate(ROOT / inventory, out, "--calibration-dir", str(tmp_path / "none"))
         assert proc.returncode == 0, proc.stderr
+        # The operator stages a keyed llama.cpp endpoint's key beside the config; promtool checks it exists.
+        config = yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())
+        for job in config["scrape_configs"]:
+            if "authorization" in job:
+                key = out / "prometheus" / job["authorization"]["credentials_file"]
+                key.parent.mkdir(exist_ok=True)
+                key.write_text("staged-by-the-operator\n")
         check = subprocess.run([str(PROMTOOL), "check", "config", str(out / "prometheus" / "prometheus.yml")], capture_output=True, text=True, check=False)
         assert check.returncode == 0, check.stdout + check.stderr
         rules = sorted(str(p) for p in (out / "prometheus" / "rules").glob("*.yml"))

@@ -258,9 +258,10 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
         raise StepError(str(exc), {**result, "elapsed": elapsed()}) from None
 
     unit_before = read_text(unit_path)
-    env_before = read_text(env_path) if env_text else None
+    env_before = read_text(env_path)
     unit_changed = unit_before != unit_text
-    env_changed = env_text is not None and env_before != env_text
+    # An env file the unit no longer names is removed: it may hold a secret the inventory dropped.
+    env_changed = env_before != env_text
     content_changed = unit_changed or env_changed
     if unit_changed and diff:
         result["diff"] = {"before": unit_before or "", "after": unit_text, "before_header": unit_path, "after_header": unit_path}
@@ -270,6 +271,9 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
     restart = bool(params["restart"])
     if env_changed and env_text is not None:
         host.write(env_path, env_text, 0o600 if secret else 0o640)
+    elif env_changed:
+        host.remove(env_path)
+        result["env_changed"] = True
     if unit_changed:
         host.write(unit_path, unit_text, 0o644)
     if host.check_mode:
@@ -334,6 +338,7 @@ def _health_spec(params: dict[str, Any]) -> HealthSpec:
             container=str(given["container"]),
             timeout=float(given["timeout"]),
             allowed_restarts=int(given["allowed_restarts"]),
+            api_key=str(given["api_key"] or ""),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StepError(f"health: needs a numeric port, timeout and allowed_restarts ({exc})", {}) from None
@@ -375,9 +380,9 @@ PROBE_TOOL = {
 }
 
 
-def _chat(host: str, port: int, payload: dict[str, Any], what: str, timeout: float) -> dict[str, Any]:
+def _chat(endpoint: Endpoint, payload: dict[str, Any], what: str, timeout: float) -> dict[str, Any]:
     try:
-        answer = request_json(Endpoint(f"http://{host}:{port}"), "POST", "/v1/chat/completions", payload, timeout)
+        answer = request_json(endpoint, "POST", "/v1/chat/completions", payload, timeout)
     except ApiError as exc:
         raise StepError(f"{what}: {exc}", {}) from None
     try:
@@ -396,24 +401,26 @@ def chat_probe(
     tools: bool = False,
     image: bool = False,
     timeout: float = 120.0,
+    api_key: str = "",
 ) -> str:
     """Smoke probes: a chat completion must answer with at least one token; where the shape
     enables them, a required tool call must come back as a tool call, and an image must be read."""
+    endpoint = Endpoint(f"http://{host}:{port}", api_key or None)
     base = {"model": served_id, "max_tokens": max_tokens, "temperature": 0}
-    answer = _chat(host, port, {**base, "messages": [{"role": "user", "content": prompt}]}, "smoke probe", timeout)
+    answer = _chat(endpoint, {**base, "messages": [{"role": "user", "content": prompt}]}, "smoke probe", timeout)
     if int(answer.get("usage", {}).get("completion_tokens", 0)) <= 0:
         raise StepError("smoke probe: the completion is empty (0 completion tokens)", {})
     content = answer["choices"][0]["message"].get("content") or ""
     if tools:
         payload = {**base, "max_tokens": max(max_tokens, 64), "tools": [PROBE_TOOL], "tool_choice": "required"}
         payload["messages"] = [{"role": "user", "content": "What time is it? Use the get_time tool."}]
-        calls = _chat(host, port, payload, "tool-call probe", timeout)["choices"][0]["message"].get("tool_calls") or []
+        calls = _chat(endpoint, payload, "tool-call probe", timeout)["choices"][0]["message"].get("tool_calls") or []
         names = [call.get("function", {}).get("name") for call in calls]
         if "get_time" not in names:
             raise StepError(f"tool-call probe: a required tool call came back as {names or 'plain text'}; check the tool parser", {})
     if image:
         parts = [{"type": "text", "text": "What colour is this image?"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PROBE_PNG}"}}]
-        seen = _chat(host, port, {**base, "messages": [{"role": "user", "content": parts}]}, "image probe", timeout)
+        seen = _chat(endpoint, {**base, "messages": [{"role": "user", "content": parts}]}, "image probe", timeout)
         if int(seen.get("usage", {}).get("completion_tokens", 0)) <= 0:
             raise StepError("image probe: no completion for an image (is the projector loaded?)", {})
     return content
@@ -431,4 +438,5 @@ def run_probe(params: dict[str, Any]) -> str:
         tools=bool(probe["tools"]),
         image=bool(probe["image"]),
         timeout=float(probe["timeout"]),
+        api_key=str(probe["api_key"] or ""),
     )

@@ -12,22 +12,82 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import FileTooLarge, read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_engine, ensure_unit, run_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import ensure_firewall, firewall_from
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 
 RECORD_FILE = "last-good.json"
 LEDGER_FILE = "boot-ledger.json"
+# A record is a few KiB; anything near this bound is not one of ours.
+MAX_RECORD_BYTES = 1 << 20
+# Where each engine reads its API key from the environment (llama-server's --api-key and vLLM's
+# --api-key would put it in argv, /proc/PID/cmdline and the unit file).
+API_KEY_ENV = {"llamacpp": "LLAMA_API_KEY", "vllm": "VLLM_API_KEY"}
+# Environment names that carry credentials: refused in the plain (recorded, 0640) environment.
+_SECRET_NAME_PARTS = ("API_KEY", "TOKEN", "PASSWORD", "SECRET")
 Probe = Callable[[dict[str, Any]], str]
 
 
 def _without_secrets(params: dict[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in (params or {}).items() if k != "secret_environment"}
+    """Step arguments as recorded: no secret environment, no key (health and probe carry one)."""
+    kept = {k: v for k, v in (params or {}).items() if k != "secret_environment"}
+    if isinstance(kept.get("health"), dict):
+        kept["health"] = {k: v for k, v in kept["health"].items() if k != "api_key"}
+    return kept
+
+
+def _engine_secrets(params: dict[str, Any]) -> dict[str, str]:
+    """The engine's secret environment: the inventory's secrets plus the endpoint's API key under
+    the variable its runtime reads."""
+    secrets = {str(k): str(v) for k, v in (params.get("secret_environment") or {}).items()}
+    api_key = params.get("api_key") or ""
+    for where in ("engine", "unit"):
+        plain = ((params.get(where) or {}).get("environment")) or {}
+        leaked = sorted(k for k in plain if any(part in str(k).upper() for part in _SECRET_NAME_PARTS))
+        if leaked:
+            raise StepError(
+                f"{where}.environment: {', '.join(leaked)} look like credentials, and the plain environment is recorded and "
+                "readable: give an API key as endpoint_api_key and other secrets in endpoint_secret_environment (from Ansible Vault)",
+                {"changed": False},
+            )
+    if api_key:
+        runtime = str((params.get("shape") or {}).get("runtime", ""))
+        if runtime not in API_KEY_ENV:
+            raise StepError(f"api_key: the shape's runtime ({runtime or 'none given'}) has no API-key variable; use llamacpp or vllm", {"changed": False})
+        secrets[API_KEY_ENV[runtime]] = api_key
+    return secrets
+
+
+def _with_key(step: dict[str, Any] | None, api_key: str) -> dict[str, Any] | None:
+    """A health or probe argument set that authenticates with the endpoint's key."""
+    if not step or not api_key:
+        return step
+    return {**step, "api_key": api_key}
+
+
+def _read_json(path: str, host: Host, warnings: list[str]) -> Any:
+    """A record this module wrote, or None. One that is unreadable (damaged disk, a hand edit) is
+    moved aside, named in a warning, and the deploy goes on as a first deploy."""
+    try:
+        text = read_text(path, MAX_RECORD_BYTES)
+        value = json.loads(text) if text is not None else None
+        if value is None or isinstance(value, dict):
+            return value
+        problem = f"holds a JSON {type(value).__name__}, not an object"
+    except (FileTooLarge, ValueError) as exc:
+        problem = str(exc)
+    kept = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+    warnings.append(f"{path} is unreadable ({problem}); kept aside as {kept}, and this deploy runs as a first deploy")
+    host.move(path, kept)
+    return None
 
 
 def _bring_up(
@@ -37,13 +97,18 @@ def _bring_up(
     host: Host,
     diff: bool,
     restart: bool = False,
+    api_key: str = "",
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Engine (when podman) then unit; secrets go to the container's env file or the unit's."""
+    """Engine (when podman) then unit; secrets go to the container's env file or the unit's.
+    A changed container env file restarts the unit: a secrets-only change is a real change."""
     engine_result: dict[str, Any] = {"changed": False, "skipped": "native engine: no container"}
     unit = dict(unit, restart=restart or bool(unit.get("restart")))
+    if unit.get("health"):
+        unit["health"] = _with_key(unit["health"], api_key)
     if engine:
         engine_result = ensure_engine({**engine, "secret_environment": secrets}, host, diff)
         unit.update(command=engine_result["run_argv"], stop_command=engine_result["stop_argv"])
+        unit["restart"] = unit["restart"] or bool(engine_result.get("env_changed"))
     else:
         unit["secret_environment"] = secrets
         binary = os.path.join(str((unit.get("extra_service") or {}).get("RootDirectory", "/")), str(unit["command"][0]).lstrip("/"))
@@ -52,46 +117,56 @@ def _bring_up(
     return engine_result, ensure_unit(unit, host, diff)
 
 
+def _secrets_path(unit: dict[str, Any]) -> str:
+    """The last-known-good secrets: beside the env files (root-only), never in the record."""
+    env_dir = str(unit.get("env_dir") or UNIT_OPTIONS["env_dir"]["default"])
+    return os.path.join(env_dir, str(unit["name"]).rsplit(".", 1)[0] + ".last-good-secrets.json")
+
+
 def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe = run_probe) -> dict[str, Any]:
     """Returns `steps: {engine, unit, probe, record}`, each with its own `changed` (and `diff`),
     and `actions`: every change the host got (or, in check mode, would get)."""
     record_dir = params["record_dir"]
     record_path = os.path.join(record_dir, RECORD_FILE)
-    previous_text = read_text(record_path)
-    previous = json.loads(previous_text) if previous_text else None
-    secrets = params.get("secret_environment") or {}
+    warnings: list[str] = []
+    previous = _read_json(record_path, host, warnings)
+    previous_text = None if previous is None else read_text(record_path, MAX_RECORD_BYTES)
+    secrets = _engine_secrets(params)
+    api_key = str(params.get("api_key") or "")
+    secrets_path = _secrets_path(params["unit"])
+    previous_secrets = _read_json(secrets_path, host, warnings)
 
     if params.get("restore"):
-        if previous is None:
-            raise StepError(f"restore: no last-known-good record at {record_path}", {"changed": False})
-        engine_result, unit_result = _bring_up(previous.get("engine"), previous["unit"], secrets, host, diff, restart=True)
-        steps = {
-            "engine": engine_result,
-            "unit": unit_result,
-            "probe": {"changed": False, "skipped": "restore runs the health gate, not the probe"},
-            "record": {"changed": False, "path": record_path},
-        }
-        return {"changed": True, "restored": True, "rolled_back": False, "steps": steps, "record": record_path, "actions": host.actions}
+        return _restore(params, host, diff, previous, previous_text, previous_secrets, secrets, api_key, warnings)
 
     engine, unit = params.get("engine"), params["unit"]
+    # The firewall goes in before the engine listens; the unit reloads it before every start.
+    endpoint = str(unit["name"]).rsplit(".", 1)[0]
+    firewall_result = ensure_firewall(endpoint, firewall_from(endpoint, params.get("firewall")), host, diff)
+    if firewall_result["pre_start"]:
+        unit = {**unit, "pre_start": [*firewall_result.pop("pre_start"), *(unit.get("pre_start") or [])]}
+    firewall_result.pop("pre_start", None)
     record = {"shape": params.get("shape") or {}, "engine": _without_secrets(engine) or None, "unit": _without_secrets(unit)}
     try:
-        engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff)
+        engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, api_key=api_key)
         probe_result: dict[str, Any] = {"changed": False}
         if not params.get("probe"):
             probe_result["skipped"] = "no probe given"
         elif host.check_mode:
             probe_result["skipped"] = "check mode sends nothing"
         else:
-            probe_result["completion"] = probe(params["probe"])
+            probe_result["completion"] = probe(_with_key(params["probe"], api_key) or {})
     except StepError as failure:
-        if host.check_mode or not params.get("rollback", True) or previous is None or previous == record:
+        failure.result.setdefault("warnings", warnings)
+        same_as_last_good = previous == record and previous_secrets in (None, secrets)
+        if host.check_mode or not params.get("rollback", True) or previous is None or same_as_last_good:
             failure.result.setdefault("rolled_back", False)
             failure.result.setdefault("actions", host.actions)
             raise
-        # The new shape failed after the host changed: bring the last-known-good one back up.
+        # The new shape (or the new secrets) failed after the host changed: bring the last-known-good one back up.
+        restored = previous_secrets if previous_secrets is not None else secrets
         try:
-            _bring_up(previous.get("engine"), previous["unit"], secrets, host, False, restart=True)
+            _bring_up(previous.get("engine"), previous["unit"], restored, host, False, restart=True, api_key=_restored_key(previous, restored, api_key))
         except StepError as restore_failure:
             raise StepError(
                 f"the new shape failed ({failure}); restoring the last-known-good shape failed too ({restore_failure}): the endpoint is down",
@@ -108,23 +183,140 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     record_result: dict[str, Any] = {"changed": text != previous_text, "path": record_path}
     if record_result["changed"]:
+        if previous_text is not None:
+            _push_generation(host, record_dir, previous_text, int(params.get("keep_generations") or 3))
         host.write(record_path, text, 0o600, dir_mode=0o700)
         if diff:
             record_result["diff"] = {"before": previous_text or "", "after": text, "before_header": record_path, "after_header": record_path}
-    steps = {"engine": engine_result, "unit": unit_result, "probe": probe_result, "record": record_result}
+    if previous_secrets != secrets:
+        # Kept for the next rollback; the step reports the file, never its content.
+        if secrets:
+            host.write(secrets_path, json.dumps(secrets, sort_keys=True) + "\n", 0o600, dir_mode=0o700)
+        elif previous_secrets is not None:
+            host.remove(secrets_path)
+        record_result["secrets_changed"] = True
+    steps = {"firewall": firewall_result, "engine": engine_result, "unit": unit_result, "probe": probe_result, "record": record_result}
     result: dict[str, Any] = {
         "changed": any(step["changed"] for step in steps.values()),
         "steps": steps,
         "record": record_path,
         "rolled_back": False,
         "actions": host.actions,
+        "warnings": warnings,
+        "generations": list_generations(record_dir),
     }
     if ledger is not None:
         result["boot_ledger"] = ledger
-    diffs = [step["diff"] for step in (engine_result, unit_result, record_result) if step.get("diff")]
+    diffs = [step["diff"] for step in (firewall_result, engine_result, unit_result, record_result) if step.get("diff")]
     if diff and diffs:
         result["diff"] = diffs
     return result
+
+
+def _restore(
+    params: dict[str, Any],
+    host: Host,
+    diff: bool,
+    previous: dict[str, Any] | None,
+    previous_text: str | None,
+    previous_secrets: dict[str, Any] | None,
+    secrets: dict[str, str],
+    api_key: str,
+    warnings: list[str],
+) -> dict[str, Any]:
+    """Bring a known-good shape up again: generation 0 is the last-known-good record, N the Nth
+    before it. An older generation that comes up green becomes the last-known-good record (the
+    one it replaces is kept as generation 1); it runs with the current secrets, as only the last
+    green deploy's secrets are kept."""
+    record_dir = params["record_dir"]
+    record_path = os.path.join(record_dir, RECORD_FILE)
+    generation = int(params.get("generation") or 0)
+    older = _generation_files(record_dir)
+    if previous is None:
+        raise StepError(f"restore: no last-known-good record at {record_path}", {"changed": False, "warnings": warnings})
+    if generation < 0 or generation > len(older):
+        raise StepError(
+            f"generation: {generation} is not kept; {record_dir} holds generations 0 (last-known-good) to {len(older)}",
+            {"changed": False, "warnings": warnings, "generations": list_generations(record_dir)},
+        )
+    target, target_text, restored = previous, previous_text, previous_secrets if previous_secrets is not None else secrets
+    if generation:
+        target_text = read_text(older[generation - 1], MAX_RECORD_BYTES) or ""
+        target = _read_json(older[generation - 1], host, warnings)
+        if target is None or "unit" not in target:
+            raise StepError(f"generation: {older[generation - 1]} is not a record", {"changed": False, "warnings": warnings})
+        restored = secrets
+    key = _restored_key(target, restored, api_key)
+    engine_result, unit_result = _bring_up(target.get("engine"), target["unit"], restored, host, diff, restart=True, api_key=key)
+    record_result: dict[str, Any] = {"changed": False, "path": record_path}
+    if generation:
+        _push_generation(host, record_dir, previous_text or "", int(params.get("keep_generations") or 3), replacing=older[generation - 1])
+        host.write(record_path, target_text or "", 0o600, dir_mode=0o700)
+        record_result.update(changed=True, generation=generation)
+    steps = {
+        "engine": engine_result,
+        "unit": unit_result,
+        "probe": {"changed": False, "skipped": "restore runs the health gate, not the probe"},
+        "record": record_result,
+    }
+    return {
+        "changed": True,
+        "restored": True,
+        "rolled_back": False,
+        "steps": steps,
+        "record": record_path,
+        "actions": host.actions,
+        "warnings": warnings,
+        "generations": list_generations(record_dir),
+    }
+
+
+GENERATIONS_DIR = "generations"
+
+
+def _generation_files(record_dir: str) -> list[str]:
+    """The kept generations before the last-known-good record, newest first (generation 1 first)."""
+    directory = os.path.join(record_dir, GENERATIONS_DIR)
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith("gen-") and n.endswith(".json")]
+    except FileNotFoundError:
+        return []
+    return [os.path.join(directory, n) for n in sorted(names, reverse=True)]
+
+
+def _push_generation(host: Host, record_dir: str, text: str, keep: int, replacing: str = "") -> None:
+    """The record being replaced becomes generation 1; at most keep - 1 older ones stay (keep counts
+    the last-known-good record too)."""
+    if replacing:
+        host.remove(replacing)
+    path = os.path.join(record_dir, GENERATIONS_DIR, f"gen-{time.time_ns():020d}.json")
+    host.write(path, text, 0o600, dir_mode=0o700)
+    kept = [p for p in _generation_files(record_dir) if p != replacing]
+    if path not in kept:  # check mode wrote nothing
+        kept.insert(0, path)
+    for stale in kept[max(keep - 1, 0) :]:
+        host.remove(stale)
+
+
+def list_generations(record_dir: str) -> list[dict[str, Any]]:
+    """Generation 0 (the last-known-good record) and the kept ones before it: when each was
+    replaced and what it served, for the rollback playbook to show."""
+    listed = []
+    for number, path in enumerate([os.path.join(record_dir, RECORD_FILE), *_generation_files(record_dir)]):
+        try:
+            record = json.loads(read_text(path, MAX_RECORD_BYTES) or "null")
+            shape = record.get("shape") or {}
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.stat(path).st_mtime))
+        except (OSError, ValueError, AttributeError):
+            continue
+        listed.append({"generation": number, "written": stamp, "runtime": shape.get("runtime"), "served_id": shape.get("served_id"), "port": shape.get("port")})
+    return listed
+
+
+def _restored_key(previous: dict[str, Any], secrets: dict[str, str], api_key: str) -> str:
+    """The key the restored engine holds: the one in its secrets, whichever runtime it runs."""
+    runtime = str((previous.get("shape") or {}).get("runtime", ""))
+    return secrets.get(API_KEY_ENV.get(runtime, ""), "") if runtime in API_KEY_ENV else api_key
 
 
 def _record_boot_ledger(host: Host, unit: str, record_dir: str, shape: dict[str, Any]) -> dict[str, Any]:

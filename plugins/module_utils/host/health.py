@@ -49,11 +49,12 @@ class HealthReport:
         }
 
 
-def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """GET on the engine's own loopback port; (0, b"") when nothing answers."""
+def http_get(host: str, port: int, path: str, api_key: str = "", timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET on the engine's own loopback port, with the endpoint's key when it has one; (0, b"")
+    when nothing answers."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
         response = conn.getresponse()
         return response.status, response.read(1 << 20)
     except (OSError, http.client.HTTPException):
@@ -62,7 +63,7 @@ def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int
         conn.close()
 
 
-HttpGet = Callable[[str, int, str], tuple[int, bytes]]
+HttpGet = Callable[[str, int, str, str], tuple[int, bytes]]
 # Answers that say the engine wants credentials the gate does not send: no wait can change them.
 _REFUSED = {401: "401 Unauthorized", 403: "403 Forbidden"}
 
@@ -123,11 +124,11 @@ def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, sta
     if owned is None:
         return waiting
     report.listener_pid, report.listener_cmdline, report.ownership = owned.pid, owned.cmdline, owned.reason
-    status, _body = get(health.host, health.port, health.health_path)
+    status, _body = get(health.host, health.port, health.health_path, health.api_key)
     _refuse_credentials(manager, unit, health, health.health_path, status, report)
     if status != 200:
         return f"{health.health_path} answered {status or 'nothing'}"
-    status, body = get(health.host, health.port, health.models_path)
+    status, body = get(health.host, health.port, health.models_path, health.api_key)
     _refuse_credentials(manager, unit, health, health.models_path, status, report)
     if status != 200:
         return f"{health.models_path} answered {status or 'nothing'}"
@@ -141,14 +142,19 @@ def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, sta
 
 
 def _refuse_credentials(manager: UnitManager, unit: str, health: HealthSpec, path: str, status: int, report: HealthReport) -> None:
-    if status in _REFUSED:
-        raise _fail(
-            manager,
-            unit,
-            f"{unit}: {path} on port {health.port} answered {_REFUSED[status]}: the engine wants credentials the health gate does not "
-            f"send, and waiting will not change that; let {path} answer without a key, or drop the engine's API key",
-            report,
+    if status not in _REFUSED:
+        return
+    if health.api_key:
+        why = (
+            "the engine refused the endpoint's API key, and waiting will not change that: the engine holds another key "
+            "(a stale env file, or a key set in extra_args) - set the key only in endpoint_api_key"
         )
+    else:
+        why = (
+            "the engine wants an API key the health gate was not given, and waiting will not change that: set the key in "
+            "endpoint_api_key (from Ansible Vault), which gives it to the engine and to every gate and probe"
+        )
+    raise _fail(manager, unit, f"{unit}: {path} on port {health.port} answered {_REFUSED[status]}: {why}", report)
 
 
 def _fail(manager: UnitManager, unit: str, message: str, report: HealthReport) -> GateError:

@@ -47,6 +47,11 @@ class Host:
         if not self.check_mode:
             os.makedirs(path, mode=mode, exist_ok=True)
 
+    def move(self, path: str, destination: str) -> None:
+        self.actions.append(f"move {path} {destination}")
+        if not self.check_mode:
+            os.replace(path, destination)
+
     def remove(self, path: str) -> None:
         self.actions.append(f"remove {path}")
         if not self.check_mode and os.path.exists(path):

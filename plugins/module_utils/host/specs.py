@@ -56,6 +56,7 @@ HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
     "container": {"type": "str", "default": ""},
     "timeout": {"type": "int", "default": 300},
     "allowed_restarts": {"type": "int", "default": 0},
+    "api_key": {"type": "str", "default": "", "no_log": True},
 }
 
 UNIT_OPTIONS: dict[str, dict[str, Any]] = {
@@ -90,6 +91,7 @@ PROBE_OPTIONS: dict[str, dict[str, Any]] = {
     "tools": {"type": "bool", "default": False},
     "image": {"type": "bool", "default": False},
     "timeout": {"type": "int", "default": 120},
+    "api_key": {"type": "str", "default": "", "no_log": True},
 }
 
 

@@ -13,7 +13,7 @@ so tests drive the logic with a fake runner.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
@@ -48,6 +48,7 @@ class HealthSpec:
     models_path: str = "/v1/models"
     interval: float = 0.5
     allowed_restarts: int = default(HEALTH_OPTIONS, "allowed_restarts")
+    api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
 
 
 def boottime() -> float:

@@ -496,11 +496,27 @@ def parse_shape(raw: Any, name: str | None = None) -> Shape:
     if not values.get("served_id") and name:
         values["served_id"] = parse_text(name, "served_id")
     _check_speculation(values)
+    _check_no_key_in_argv(values.get("extra_args") or ())
     if values.get("expert_precise_memory") and not values.get("expert_offload"):
         raise ShapeError("expert_precise_memory: sizes the expert offload arena; set expert_offload: true or remove it")
     _check_known_bad(values, taken)
     _check_reasoning_efforts(values)
     return cls(**values)
+
+
+# Flags that would put a credential in argv: /proc/PID/cmdline, the unit file, the record and the
+# runbooks all show argv. The key goes in endpoint_api_key, which reaches the engine by environment.
+_CREDENTIAL_FLAGS = ("--api-key", "--hf-token")
+
+
+def _check_no_key_in_argv(extra_args: tuple[str, ...]) -> None:
+    for arg in extra_args:
+        flag = str(arg).split("=", 1)[0]
+        if flag in _CREDENTIAL_FLAGS:
+            raise ShapeError(
+                f"extra_args: {flag} would put a credential in the engine's argv (readable in /proc/PID/cmdline, the unit file and the "
+                "records); set endpoint_api_key (from Ansible Vault) instead: the engine gets it by environment"
+            )
 
 
 # --- shapes the fleet paid for: refused before anything is priced or launched ----------------

@@ -1,0 +1,113 @@
+"""The bind policy (loopback unless the LAN is declared with its client networks and a key), the
+nftables table a LAN bind gets, and its lifecycle on a fake host. The rules are checked by a real
+nft in the lab (tests/integration/test_api_key_firewall.py)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_host import FakeRunner
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import Firewall, PolicyError, bind_policy, ensure_firewall, render_nft
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("bind", "networks", "has_key", "lan_without_key", "message"),
+    [
+        ("0.0.0.0", [], True, False, "endpoint_allowed_networks is empty: list the client networks"),
+        ("0.0.0.0", ["192.168.1.0/24"], False, False, "has no API key: set endpoint_api_key"),
+        ("127.0.0.1", ["192.168.1.0/24"], True, False, "binds.*loopback|is 127.0.0.1 \\(loopback\\)"),
+        ("0.0.0.0", ["192.168.1.300/24"], True, False, r"endpoint_allowed_networks\[0\]: '192.168.1.300/24' is not an IP network"),
+        ("0.0.0.0", "192.168.1.0/24", True, False, "give a list of CIDRs"),
+    ],
+)
+def test_a_lan_bind_without_networks_or_key_is_refused_naming_the_variable(bind, networks, has_key, lan_without_key, message):
+    with pytest.raises(PolicyError, match=message):
+        bind_policy("frank-secondary", bind, 7771, networks, has_key, lan_without_key)
+
+
+def test_loopback_needs_no_firewall_and_a_declared_lan_gets_one():
+    assert bind_policy("frank-secondary", "127.0.0.1", 7771, [], has_key=False) is None
+    assert bind_policy("frank-secondary", "::1", 7771, [], has_key=False) is None
+    firewall = bind_policy("frank-secondary", "0.0.0.0", 7771, ["fd00::/8", "10.89.0.7/16", "192.168.0.0/24"], has_key=False, lan_without_key=True)
+    assert firewall == Firewall("frank-secondary", 7771, ("10.89.0.0/16", "192.168.0.0/24", "fd00::/8"))
+    assert firewall.table == "llm_fleet_frank_secondary"
+
+
+def test_the_table_admits_loopback_this_host_and_the_networks_then_drops_in_that_order():
+    text = render_nft(Firewall("frank-secondary", 7771, ("10.89.0.0/16", "192.168.0.0/24", "fd00::/8")))
+    rules = [line.strip() for line in text.splitlines() if line.strip().startswith("tcp dport")]
+    # The seeds: "ACCEPT 127.0.0.1, ACCEPT the host IP, ACCEPT 10.89.0.0/16, then DROP" (a subnet-only
+    # pair "dropped the host's own health probe (source 192.168.0.143/127.0.0.1) and failed a healthy deploy").
+    assert rules == [
+        'tcp dport 7771 iifname "lo" accept',
+        "tcp dport 7771 fib saddr type local accept",
+        "tcp dport 7771 ip saddr { 10.89.0.0/16, 192.168.0.0/24 } accept",
+        "tcp dport 7771 ip6 saddr { fd00::/8 } accept",
+        "tcp dport 7771 counter drop",
+    ]
+    # Replaced atomically: declared, deleted and declared again in one nft -f transaction.
+    assert text.index("delete table inet llm_fleet_frank_secondary") < text.index("table inet llm_fleet_frank_secondary {")
+
+
+def test_every_production_endpoint_passes_the_policy_with_its_declared_networks():
+    networks = yaml.safe_load((ROOT / "inventories/production/group_vars/llm_endpoints/main.yml").read_text())["endpoint_allowed_networks"]
+    for host_vars in sorted((ROOT / "inventories/production/host_vars").glob("*.yml")):
+        shape = parse_shape(yaml.safe_load(host_vars.read_text())["endpoint_shape"], host_vars.stem)
+        assert shape.bind == "0.0.0.0", host_vars.name
+        assert bind_policy(host_vars.stem, shape.bind, shape.port, networks, has_key=True) is not None
+        with pytest.raises(PolicyError, match="has no API key"):
+            bind_policy(host_vars.stem, shape.bind, shape.port, networks, has_key=False)
+
+
+@pytest.mark.parametrize("flag", ["--api-key", "--api-key=sk-in-argv", "--hf-token"])
+def test_a_credential_flag_in_extra_args_is_refused(flag):
+    shape = {"runtime": "llamacpp", "port": 7771, "model_file": "m.gguf", "ctx_size": 4096, "extra_args": [flag, "x"]}
+    with pytest.raises(ShapeError, match="extra_args: --(api-key|hf-token) would put a credential in the engine's argv.*endpoint_api_key"):
+        parse_shape(shape, "frank-secondary")
+
+
+# --- the table's lifecycle on the host ---------------------------------------------------------
+
+NFT = "/usr/sbin/nft"
+
+
+@pytest.fixture
+def nft_present(monkeypatch):
+    monkeypatch.setattr("ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall.nft_binary", lambda: NFT)
+    monkeypatch.setattr("ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall.os.path.exists", lambda p: p == NFT or Path(p).exists())
+
+
+def test_a_new_table_is_written_applied_and_loaded_before_every_start(tmp_path, nft_present):
+    runner = FakeRunner({(NFT, "list"): [(1, "", "No such file or directory")]})
+    firewall = Firewall("frank-secondary", 7771, ("192.168.0.0/24",))
+    result = ensure_firewall("frank-secondary", firewall, Host(runner), diff=True, directory=str(tmp_path))
+    path = tmp_path / "frank-secondary.nft"
+    assert result["changed"] and path.read_text() == render_nft(firewall)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert runner.ran(NFT, "-f", str(path))
+    assert result["pre_start"] == [[NFT, "-f", str(path)]]
+    # Unchanged and live: nothing to do, and no engine restart is asked for.
+    again = FakeRunner({(NFT, "list"): [(0, "table inet llm_fleet_frank_secondary {}", "")]})
+    result = ensure_firewall("frank-secondary", firewall, Host(again), diff=False, directory=str(tmp_path))
+    assert not result["changed"] and not again.ran(NFT, "-f")
+
+
+def test_going_back_to_loopback_removes_table_and_file(tmp_path, nft_present):
+    (tmp_path / "frank-secondary.nft").write_text("old")
+    runner = FakeRunner({(NFT, "list"): [(0, "table", "")]})
+    result = ensure_firewall("frank-secondary", None, Host(runner), diff=False, directory=str(tmp_path))
+    assert result["changed"] and result["pre_start"] == []
+    assert runner.ran(NFT, "delete", "table", "inet", "llm_fleet_frank_secondary")
+    assert not (tmp_path / "frank-secondary.nft").exists()
+
+
+def test_nft_refusing_the_table_fails_the_step(tmp_path, nft_present):
+    runner = FakeRunner({(NFT, "list"): [(1, "", "")], (NFT, "-f"): [(1, "", "Error: Could not process rule")]})
+    with pytest.raises(StepError, match="firewall: nft refused .*Could not process rule"):
+        ensure_firewall("frank-secondary", Firewall("frank-secondary", 7771, ("192.168.0.0/24",)), Host(runner), diff=False, directory=str(tmp_path))
