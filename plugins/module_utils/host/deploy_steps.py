@@ -106,7 +106,10 @@ def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, A
         host.remove(env_file)
     result["changed"] = result["changed"] or result["env_changed"] or hash_key.written
     if engine.cache_dir:
-        result["changed"] = _own_cache_dir(host, engine.cache_dir, engine.uid_gid()) or result["changed"]
+        try:
+            result["changed"] = _own_cache_dir(host, engine.cache_dir, engine.uid_gid()) or result["changed"]
+        except EngineError as exc:
+            raise StepError(str(exc), result) from None
     result.update(
         run_argv=engine.run_argv(hash_key.key, env_file if env_text is not None else None),
         stop_argv=engine.stop_argv(),
@@ -179,14 +182,14 @@ def _own_cache_dir(host: Host, path: str, owner: tuple[int, int]) -> bool:
     except FileNotFoundError:
         info = None
     if info is not None and not stat.S_ISDIR(info.st_mode):
-        raise StepError(f"cache_dir: {path} is not a directory (a symlink is refused too)", {"changed": False})
+        raise EngineError(f"cache_dir: {path} is not a directory (a symlink is refused too)")
     if info is not None and (info.st_uid, info.st_gid) == owner:
         return False
     if info is None:
         host.makedirs(path, 0o700)
     rc, _out, err = host.change([CHOWN, "-R", f"{owner[0]}:{owner[1]}", path])
     if rc != 0:
-        raise StepError(f"cache_dir: chown of {path} to {owner[0]}:{owner[1]} failed: {err.strip()}", {"changed": True})
+        raise EngineError(f"cache_dir: chown of {path} to {owner[0]}:{owner[1]} failed: {err.strip()}")
     return True
 
 
