@@ -25,6 +25,7 @@ def assert_least_privilege(container: str, cache_mount: str = "/cache") -> None:
     capabilities = {key: int(fields[key][0], 16) for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
     assert capabilities == dict.fromkeys(capabilities, 0), capabilities
     assert fields["NoNewPrivs"] == ["1"]
+    assert fields["Seccomp"] == ["2"]  # podman's profile filters the engine's syscalls
     assert [int(uid) for uid in fields["Uid"]] == [ENGINE_UID_GID[0]] * 4
     assert [int(gid) for gid in fields["Gid"]] == [ENGINE_UID_GID[1]] * 4
     root = in_container(container, "touch", "/.llm-fleet-write-probe")
