@@ -2,8 +2,9 @@
 """A Hugging Face Hub emulator: real HTTP on loopback, for tests, benchmarks and the lab.
 
 It behaves like the Hub where payload fetching depends on it:
-- `GET /api/models/{repo}/revision/{rev}` and `/api/models/{repo}/tree/{rev}[/{path}]`
-  (`lfs.oid` is the sha256, `oid` the git blob sha, `Link` pagination);
+- `GET /api/models/{repo}[/revision/{rev}]` (model_info), `/api/models/{repo}/tree/{rev}[/{path}]`
+  (`lfs.oid` is the sha256, `oid` the git blob sha, `Link` pagination) and
+  `POST /api/models/{repo}/paths-info/{rev}` (get_paths_info: the tree entries of the named paths);
 - `HEAD|GET /{repo}/resolve/{rev}/{path}`:
   * LFS file: 302 to the LFS CDN (another listener, so another host:port) with `X-Linked-Size`,
     `X-Linked-Etag` (the sha256) and `X-Repo-Commit`; the 302's own ETag is the pointer's blob sha;
@@ -13,7 +14,11 @@ It behaves like the Hub where payload fetching depends on it:
     200 carries the git blob sha as ETag;
 - gated repos answer 401 to API and resolve requests without the right bearer token;
 - ranges: 206 with Content-Range, 416 on a range that starts at or past the end;
+- a mirror mode (`mirror = True`): resolve answers 200 with the body itself, no redirect and no
+  `X-Linked-*` headers, as some mirrors and proxies do;
 - injectable faults per file: cut the connection after N body bytes, or sleep between chunks;
+- like a CDN, a rate limit per connection (`per_connection_rate`, bytes/s) and one for all
+  connections together (`aggregate_rate`); `bytes_served` counts the body bytes sent per file;
 - bodies are sent with os.sendfile, so a client is what a benchmark measures.
 
 Run standalone: `python lab/hub_emulator.py --serve DIR` serves DIR's files as repo `lab/payload`.
@@ -88,9 +93,14 @@ class SeenRequest:
 
 
 class HubEmulator:
-    def __init__(self, host: str = "127.0.0.1", page_size: int = 1000) -> None:
+    def __init__(self, host: str = "127.0.0.1", page_size: int = 1000, per_connection_rate: float | None = None, aggregate_rate: float | None = None) -> None:
         self.host = host
         self.page_size = page_size
+        self.per_connection_rate = per_connection_rate
+        self.aggregate_rate = aggregate_rate
+        self.mirror = False
+        self.bytes_served: dict[str, int] = {}
+        self._aggregate_next = 0.0
         self.repos: dict[str, HubRepo] = {}
         self.faults: dict[str, Fault] = {}
         self.requests: list[SeenRequest] = []
@@ -139,6 +149,17 @@ class HubEmulator:
             if fault.times <= 0:
                 del self.faults[path]
             return fault
+
+    def _served(self, path: str, count: int) -> None:
+        with self._lock:
+            self.bytes_served[path] = self.bytes_served.get(path, 0) + count
+
+    def _aggregate_slot(self, count: int) -> float:
+        """When `count` more bytes may leave under the aggregate cap (a shared timeline)."""
+        with self._lock:
+            start = max(time.monotonic(), self._aggregate_next)
+            self._aggregate_next = start + count / self.aggregate_rate
+            return start
 
     def _record(self, server: str, handler: BaseHTTPRequestHandler) -> None:
         with self._lock:
@@ -200,6 +221,10 @@ class _HubHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self._connection_next = 0.0  # the per-connection timeline: one handler serves one connection
+
     # --- plumbing --------------------------------------------------------------------------
 
     def handle(self) -> None:
@@ -234,12 +259,22 @@ class _HubHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._dispatch()
 
+    def do_POST(self) -> None:
+        self._dispatch()
+
     def _dispatch(self) -> None:
         self.emulator._record(self.role, self)
         url = urlparse(self.path)
         path = unquote(url.path)
         try:
-            if self.role == "hub":
+            if self.command == "POST":
+                length = int(self.headers.get("Content-Length") or 0)
+                form = parse_qs(self.rfile.read(min(length, 1 << 20)).decode("utf-8", "replace"))
+                if self.role == "hub":
+                    self._hub_post(path, form)
+                else:
+                    self._error(405, "POST is for the Hub's API")
+            elif self.role == "hub":
                 self._hub(path, parse_qs(url.query))
             else:
                 self._cdn(path)
@@ -253,6 +288,8 @@ class _HubHandler(BaseHTTPRequestHandler):
         if parts[:2] == ["api", "models"] and "revision" in parts:
             at = parts.index("revision")
             return self._revision("/".join(parts[2:at]), "/".join(parts[at + 1 :]))
+        if parts[:2] == ["api", "models"] and len(parts) == 4:
+            return self._revision(f"{parts[2]}/{parts[3]}", "main")
         if parts[:2] == ["api", "models"] and "tree" in parts:
             at = parts.index("tree")
             repo_id = "/".join(parts[2:at])
@@ -264,6 +301,18 @@ class _HubHandler(BaseHTTPRequestHandler):
         if len(parts) >= 5 and parts[2] == "resolve":
             return self._resolve(f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]))
         self._error(404, f"no route for {path}")
+
+    def _hub_post(self, path: str, form: dict[str, list[str]]) -> None:
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "paths-info":
+            repo_id, rev = f"{parts[2]}/{parts[3]}", "/".join(parts[5:])
+            repo = self._repo_or_error(repo_id, rev)
+            if repo is None:
+                return
+            wanted = [p for value in form.get("paths", []) for p in value.split(",")] if form.get("paths") else []
+            self._json(200, [_tree_entry(repo.files[p]) for p in wanted if p in repo.files])
+            return
+        self._error(404, f"no route for POST {path}")
 
     def _repo_or_error(self, repo_id: str, rev: str) -> HubRepo | None:
         repo = self.emulator.repos.get(repo_id)
@@ -282,8 +331,9 @@ class _HubHandler(BaseHTTPRequestHandler):
         repo = self._repo_or_error(repo_id, rev)
         if repo is None:
             return
-        siblings = [{"rfilename": p} for p in sorted(repo.files)]
-        self._json(200, {"id": repo_id, "modelId": repo_id, "sha": repo.commit, "siblings": siblings, "gated": repo.token is not None})
+        siblings = [{"rfilename": p, "size": repo.files[p].size} for p in sorted(repo.files)]
+        info = {"_id": repo.commit[:24], "id": repo_id, "modelId": repo_id, "sha": repo.commit, "siblings": siblings, "private": False}
+        self._json(200, {**info, "gated": "manual" if repo.token is not None else False, "disabled": False, "downloads": 0, "likes": 0, "tags": []})
 
     def _tree(self, repo_id: str, rev: str, sub: str, query: dict[str, list[str]]) -> None:
         repo = self._repo_or_error(repo_id, rev)
@@ -305,12 +355,7 @@ class _HubHandler(BaseHTTPRequestHandler):
                     entries.setdefault(dir_path, {"type": "directory", "oid": git_blob_sha(dir_path.encode()), "size": 0, "path": dir_path})
                 if not recursive:
                     continue
-            entry = {"type": "file", "oid": hub_file.blob_sha, "size": hub_file.size, "path": hub_file.path}
-            if hub_file.kind != "git":
-                entry["lfs"] = {"oid": hub_file.sha256, "size": hub_file.size, "pointerSize": 134}
-            if hub_file.kind == "xet":
-                entry["xetHash"] = hub_file.xet_hash
-            entries[hub_file.path] = entry
+            entries[hub_file.path] = _tree_entry(hub_file)
         items = list(entries.values())
         cursor = int(query.get("cursor", ["0"])[0])
         page = items[cursor : cursor + self.emulator.page_size]
@@ -329,6 +374,9 @@ class _HubHandler(BaseHTTPRequestHandler):
             self._error(404, f"Entry not found: {path}")
             return
         common = {"X-Repo-Commit": repo.commit}
+        if self.emulator.mirror:
+            self._body(hub_file, {**common, "Accept-Ranges": "bytes"})
+            return
         if hub_file.kind == "git":
             location = f"/api/resolve-cache/models/{repo_id}/{repo.commit}/{quote(path)}"
             self._send(307, {**common, "Location": location, "ETag": f'"{hub_file.blob_sha}"'})
@@ -402,19 +450,33 @@ class _HubHandler(BaseHTTPRequestHandler):
         if self.command == "HEAD":
             return
         fault = self.emulator._take_fault(hub_file.path)
-        self._sendfile(hub_file.source, start, length, fault)
+        self._sendfile(hub_file.source, start, length, fault, hub_file.path)
 
-    def _sendfile(self, source: Path, offset: int, length: int, fault: Fault | None) -> None:
+    def _pace(self, count: int) -> None:
+        """Wait until `count` more bytes fit both caps: this connection's, then everyone's."""
+        emulator = self.emulator
+        if emulator.per_connection_rate:
+            start = max(time.monotonic(), self._connection_next)
+            self._connection_next = start + count / emulator.per_connection_rate
+            time.sleep(max(0.0, start - time.monotonic()))
+        if emulator.aggregate_rate:
+            time.sleep(max(0.0, emulator._aggregate_slot(count) - time.monotonic()))
+
+    def _sendfile(self, source: Path, offset: int, length: int, fault: Fault | None, path: str = "") -> None:
         limit = length if fault is None or fault.cut_after is None else min(length, fault.cut_after)
         sock = self.connection
+        limited = self.emulator.per_connection_rate or self.emulator.aggregate_rate
         with open(source, "rb") as handle:
             sent = 0
-            step = CHUNK if fault and fault.delay else 64 * CHUNK
+            step = CHUNK if (fault and fault.delay) or limited else 64 * CHUNK
             while sent < limit:
+                if limited:
+                    self._pace(min(step, limit - sent))
                 count = os.sendfile(sock.fileno(), handle.fileno(), offset + sent, min(step, limit - sent))
                 if count == 0:
                     break
                 sent += count
+                self.emulator._served(path, count)
                 if fault and fault.delay:
                     time.sleep(fault.delay)
         if sent < length:
@@ -424,12 +486,25 @@ class _HubHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+def _tree_entry(hub_file: HubFile) -> dict:
+    entry = {"type": "file", "oid": hub_file.blob_sha, "size": hub_file.size, "path": hub_file.path}
+    if hub_file.kind != "git":
+        entry["lfs"] = {"oid": hub_file.sha256, "size": hub_file.size, "pointerSize": 134}
+    # No `xetHash`, unlike the Hub: the emulator does not speak Xet's CAS protocol, and a client that
+    # sees one (snapshot_download) asks for a Xet read token instead of following the resolve redirect.
+    return entry
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--serve", type=Path, required=True, help="directory whose files become repo lab/payload")
     parser.add_argument("--repo", default="lab/payload")
+    parser.add_argument("--per-connection-mib-s", type=float, help="rate limit of each connection, MiB/s (like a CDN)")
+    parser.add_argument("--aggregate-mib-s", type=float, help="rate limit of all connections together, MiB/s")
     args = parser.parse_args()
-    emulator = HubEmulator()
+    per_connection = args.per_connection_mib_s * (1 << 20) if args.per_connection_mib_s else None
+    aggregate = args.aggregate_mib_s * (1 << 20) if args.aggregate_mib_s else None
+    emulator = HubEmulator(per_connection_rate=per_connection, aggregate_rate=aggregate)
     for path in sorted(p for p in args.serve.rglob("*") if p.is_file()):
         rel = path.relative_to(args.serve).as_posix()
         emulator.add_file(args.repo, rel, path, "lfs" if path.stat().st_size > 1 << 20 else "git")

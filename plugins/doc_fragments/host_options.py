@@ -157,7 +157,7 @@ options:
     UNIT = r"""
 options:
   name:
-    description: Unit name, ending in C(.service).
+    description: A unit name by systemd's rules, ending in C(.service); never a path (C(/) and C(..) are refused).
     type: str
     required: true
   command:
@@ -210,9 +210,27 @@ options:
     type: int
     default: 120
   extra_service:
-    description: Further C([Service]) directives, as a mapping.
+    description:
+      - Further C([Service]) directives, as a mapping; keys are directive names.
+      - A directive named here replaces the O(sandbox) lines for that directive (all of them, so
+        C(DeviceAllow) here replaces the GPU device list).
     type: dict
     default: {}
+  sandbox:
+    description:
+      - Sandbox a native engine - C(NoNewPrivileges), C(ProtectSystem=strict),
+        C(ProtectHome=read-only), C(PrivateTmp), the kernel, clock and hostname protections,
+        C(RestrictNamespaces), C(RestrictSUIDSGID), a C(@system-service) system-call filter, no
+        capabilities, and C(DevicePolicy=closed) with the GPU device groups (drm, kfd, nvidia*) allowed.
+      - No C(PrivateDevices) and no C(MemoryDenyWriteExecute) - GPU runtimes need the devices and JIT.
+      - Not for units that run C(podman run), which writes C(/var/lib/containers) and C(/run).
+    type: bool
+    default: false
+  read_write_paths:
+    description: Paths the engine may write under O(sandbox) (C(ReadWritePaths=), a missing path is skipped), for example its cache directory.
+    type: list
+    elements: str
+    default: []
   state:
     description: V(started) installs, enables and starts; V(stopped) installs and stops; V(absent) stops and removes.
     type: str
@@ -463,7 +481,7 @@ options:
     required: true
     suboptions:
       name:
-        description: Unit name, ending in C(.service).
+        description: A unit name by systemd's rules, ending in C(.service); never a path (C(/) and C(..) are refused).
         type: str
         required: true
       command:
@@ -516,9 +534,27 @@ options:
         type: int
         default: 120
       extra_service:
-        description: Further C([Service]) directives, as a mapping.
+        description:
+          - Further C([Service]) directives, as a mapping; keys are directive names.
+          - A directive named here replaces the O(sandbox) lines for that directive (all of them, so
+            C(DeviceAllow) here replaces the GPU device list).
         type: dict
         default: {}
+      sandbox:
+        description:
+          - Sandbox a native engine - C(NoNewPrivileges), C(ProtectSystem=strict),
+            C(ProtectHome=read-only), C(PrivateTmp), the kernel, clock and hostname protections,
+            C(RestrictNamespaces), C(RestrictSUIDSGID), a C(@system-service) system-call filter, no
+            capabilities, and C(DevicePolicy=closed) with the GPU device groups (drm, kfd, nvidia*) allowed.
+          - No C(PrivateDevices) and no C(MemoryDenyWriteExecute) - GPU runtimes need the devices and JIT.
+          - Not for units that run C(podman run), which writes C(/var/lib/containers) and C(/run).
+        type: bool
+        default: false
+      read_write_paths:
+        description: Paths the engine may write under O(sandbox) (C(ReadWritePaths=), a missing path is skipped), for example its cache directory.
+        type: list
+        elements: str
+        default: []
       state:
         description: V(started) installs, enables and starts; V(stopped) installs and stops; V(absent) stops and removes.
         type: str

@@ -17,8 +17,18 @@ description:
     sha256 match; until then it lives as C(NAME.partial) and a rerun resumes it with a Range
     request. Missing files are requested without a Range header (Xet CDNs refuse C(bytes=0-)),
     a complete partial answered with 416 is success, and an HTTP error never writes its body.
-  - A sha256 mismatch fails and keeps the file aside as C(NAME.rejected-TIME) for inspection;
-    files the manifest does not name are never touched.
+  - A file of at least two pieces (8 MiB) is fetched over O(connections) ranged connections at
+    once, written in place and hashed in order in the same pass; C(NAME.partial.ranges) records
+    every range so that a rerun after a kill resumes each one.
+  - Every file is proven by a digest, LFS files by their sha256 and git files (C(config.json), the
+    tokenizer's chat template) by their git blob sha1; a mismatch fails and keeps the file aside as
+    C(NAME.rejected-TIME) for inspection; files the manifest does not name are never touched.
+  - The set must be whole. A C(*.safetensors.index.json) weight map and the manifest's shards must
+    name each other, and a split GGUF's first part's C(split.count) must match the parts listed
+    (checked after a fetch and with O(check_hash=true)).
+  - One fetch per O(dest) at a time (it holds C(DEST/.llm-fleet-fetch.lock)), a second one is refused at
+    once, not queued. A fetch whose remaining bytes exceed the free space is refused, with both
+    figures, before any byte is fetched.
   - O(state=manifest) pins O(revision) to the commit the Hub reports and writes a manifest of
     exactly O(files) (sizes and sha256 from the tree API, cross-checked with a HEAD on each resolve
     URL that does not follow the CDN redirect).
@@ -68,14 +78,22 @@ options:
     default: false
   trust_stamps:
     description:
-      - With O(check_hash=true), accept a file whose size, mtime and inode are unchanged since it
-        was last verified (recorded in C(DEST/.llm-fleet-verified.json)) without hashing it again.
+      - With O(check_hash=true), accept a file whose size, mtime, ctime, device and inode are
+        unchanged since it was last verified (recorded in C(DEST/.llm-fleet-verified.json)) without
+        hashing it again. A restored mtime does not fool it, since the ctime moves on every change.
     type: bool
     default: false
   workers:
     description: Files hashed or fetched in parallel.
     type: int
     default: 2
+  connections:
+    description:
+      - With O(state=fetch), ranged connections per large file (a CDN limits each connection).
+        C(1) fetches every file as one stream. The default was chosen by measurement
+        (C(docs/hf_payload_gate.md), multi-connection fetch).
+    type: int
+    default: 8
   refetch:
     description: With O(state=fetch), set aside a present file whose size or sha256 is wrong and fetch it again.
     type: bool
@@ -159,12 +177,18 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import DEFAULT_CONNECTIONS, FetchError, build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest, parse_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import FileProgress
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
+
+
+def gguf_split_count(path: str) -> int:
+    """The split.count a GGUF header says (0 when it has none): the whole-set check's reader."""
+    return int(read_header(path).get("split.count", 0) or 0)
 
 
 def _load(module: AnsibleModule):
@@ -190,6 +214,7 @@ def run_verify(module: AnsibleModule) -> None:
         workers=module.params["workers"],
         allow_symlinks=module.params["allow_symlinks"],
         trust_stamps=module.params["trust_stamps"],
+        split_count=gguf_split_count,
     )
     files = [v.as_dict() for v in verdicts]
     bad = [v for v in verdicts if not v.ok]
@@ -207,8 +232,18 @@ def run_fetch(module: AnsibleModule) -> None:
     dest = module.params["dest"]
     client = _client(module)
     progress = FileProgress({f.path: f.size for f in manifest.files}, module.params["progress_file"]) if module.params["progress_file"] else None
+    if module.params["connections"] < 1:
+        module.fail_json(msg=f"connections: {module.params['connections']} is below 1; give 1 (one stream per file) or more")
     results = fetch_payload(
-        client, manifest, dest, workers=module.params["workers"], refetch=module.params["refetch"], check_mode=module.check_mode, progress=progress
+        client,
+        manifest,
+        dest,
+        workers=module.params["workers"],
+        refetch=module.params["refetch"],
+        check_mode=module.check_mode,
+        progress=progress,
+        connections=module.params["connections"],
+        split_count=gguf_split_count,
     )
     if progress and not module.check_mode:
         progress.finish()
@@ -260,6 +295,7 @@ def main() -> None:
             "check_hash": {"type": "bool", "default": False},
             "trust_stamps": {"type": "bool", "default": False},
             "workers": {"type": "int", "default": 2},
+            "connections": {"type": "int", "default": DEFAULT_CONNECTIONS},
             "refetch": {"type": "bool", "default": False},
             "allow_symlinks": {"type": "bool", "default": False},
             "progress_file": {"type": "path"},
@@ -271,7 +307,7 @@ def main() -> None:
     runners = {"verify": run_verify, "fetch": run_fetch, "manifest": run_manifest}
     try:
         runners[module.params["state"]](module)
-    except (ManifestError, HubError) as exc:
+    except (ManifestError, HubError, FetchError) as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
         module.fail_json(msg=f"{exc}", exception=traceback.format_exc())

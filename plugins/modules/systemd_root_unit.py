@@ -23,6 +23,12 @@ description:
     started after this start, C(/health) answers OK and C(/v1/models) lists the served id. A
     growing C(NRestarts) during the wait fails fast as a crash loop. Failures return the unit's
     last journal lines.
+  - O(name) is a unit name, never a path, and no field may carry a control character (a newline
+    or carriage return would add a directive); both are refused, naming the field, before anything
+    is read or written.
+  - O(sandbox=true) adds systemd sandboxing for a native engine (C(ProtectSystem=strict),
+    C(ProtectHome=read-only), C(NoNewPrivileges) and more, GPU devices still allowed); not for
+    units that run C(podman run). See docs/engine_units.md, "Sandboxing".
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
@@ -108,6 +114,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit, report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, unit_paths
 
 
 def main() -> None:
@@ -116,6 +123,11 @@ def main() -> None:
         required_if=[("state", "started", ["command"]), ("state", "stopped", ["command"])],
         supports_check_mode=True,
     )
+    try:
+        # Every state reads or writes only these two paths; a name that is a path fails first.
+        unit_paths(module.params["name"], module.params["unit_dir"], module.params["env_dir"])
+    except UnitError as exc:
+        module.fail_json(msg=str(exc), changed=False)
     if module.params["state"] == "absent":
         report(module, lambda: remove_unit(module.params, Host(module.run_command, module.check_mode)))
     else:

@@ -45,7 +45,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing imp
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, render_bench_table, run_bench
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import ProbeError, run_capacity_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import FetchError, build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import BarProgress
@@ -206,7 +206,7 @@ def cmd_payload(args: argparse.Namespace) -> int:
         for result in results:
             print(f"{result.action:<10} {result.path}  {result.bytes_transferred:,} bytes" + (f"  {result.detail}" if result.detail else ""))
         return 1 if any(r.action == "failed" for r in results) else 0
-    except (ManifestError, HubError, OSError) as exc:
+    except (ManifestError, HubError, FetchError, OSError) as exc:  # FetchError: the destination's lock or free space
         print(f"llm-fleet: {exc}", file=sys.stderr)
         return 2
 

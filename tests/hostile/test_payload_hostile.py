@@ -4,9 +4,15 @@ refused with an error that names the file or URL, and nothing outside the manife
 
 import contextlib
 import datetime
+import fcntl
+import hashlib
 import ipaddress
+import json
+import os
+import re
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -14,11 +20,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from hub_payload import REPO, TOKEN
+from hub_payload import REPO, TOKEN, split_first_part
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import FetchError, build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestError, ManifestFile, destination_path, parse_manifest
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
+from ansible_collections.frank.llm_fleet.plugins.modules.hf_payload_gate import gguf_split_count
+
+LOCK = ".llm-fleet-fetch.lock"  # one fetch per destination holds it
 
 
 def test_sha_mismatch_is_kept_aside_and_never_takes_the_final_name(hub, tmp_path):
@@ -38,7 +48,7 @@ def test_http_error_body_is_never_written(hub, tmp_path):
     missing = Manifest(manifest.repo_id, manifest.revision, [ManifestFile("not-on-the-hub.gguf", 100, None, False)])
     [result] = fetch_payload(client, missing, str(tmp_path))
     assert result.action == "failed" and "HTTP 404" in result.detail
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK]  # the fetch's own lock, nothing else
 
 
 @pytest.mark.parametrize("bad", ["../escape.gguf", "/etc/passwd", "a/../../b", "a//b", "./x", "C:/x", "a\\b"])
@@ -114,7 +124,7 @@ def test_body_longer_than_the_manifest_stops_at_the_manifest_size(hub, tmp_path)
             [result] = fetch_payload(client, manifest, str(dest))
             assert result.action == "failed" and f"more than the manifest's {short} bytes" in result.detail
             assert (dest / f"{LFS_FILE}.partial").stat().st_size == short
-            assert sorted(p.name for p in dest.iterdir()) == [f"{LFS_FILE}.partial"]
+            assert sorted(p.name for p in dest.iterdir()) == [LOCK, f"{LFS_FILE}.partial"]
 
 
 class _DualStackHandler(BaseHTTPRequestHandler):
@@ -230,3 +240,224 @@ def test_html_instead_of_json_is_a_clear_error(tmp_path):
     message = str(info.value)
     assert f"http://{host}:{port}/api/models/{REPO}/revision/main" in message
     assert "text/html" in message and "<!DOCTYPE html>" in message
+
+
+# --- payload gate v2: integrity for every file, stamps, lock, free space, whole sets ------------------
+
+
+def git_blob_sha1(data: bytes) -> str:
+    """Git's own object id of a file, computed here as git does (not by the code under test). The Hub
+    names non-LFS files by it (seeds/001_3ec7cf0f5a3e3f71.txt: "answers 200 with the real
+    Content-Length and a git-blob-sha ETag that" / "the 64-hex gate correctly rejects (size-only
+    check for those files)."), which left config.json (seeds/001: "config.json 72514") size-only."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_same_size_html_in_place_of_a_git_file_is_refused(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["config.json"])
+    real = hub.blobs["config.json"][0]
+    assert manifest.files[0].as_dict().get("git_blob_sha1") == git_blob_sha1(real)
+    html = b"<html>log in</html>".ljust(len(real), b" ")
+    hub.emulator.repos[REPO].files["config.json"].source.write_bytes(html)  # the server now lies
+    [result] = fetch_payload(client, manifest, str(tmp_path))
+    assert result.action == "failed" and "git_blob_sha1" in result.detail
+    assert not (tmp_path / "config.json").exists()
+    [aside] = tmp_path.glob("config.json.rejected-*")
+    assert aside.read_bytes() == html
+
+
+def test_a_mirror_answering_200_on_resolve_keeps_every_digest_from_the_tree(hub):
+    hub.emulator.mirror = True
+    files = {f.path: f.as_dict() for f in build_manifest(HubClient(hub.emulator.hub_url), REPO, "main").files}
+    for path in ("model-00001-of-00002.gguf", "model-00002-of-00002.gguf"):
+        assert files[path]["sha256"] == hashlib.sha256(hub.blobs[path][0]).hexdigest()
+        assert files[path]["lfs"] is True
+    assert files["config.json"]["git_blob_sha1"] == git_blob_sha1(hub.blobs["config.json"][0])
+    assert [r.server for r in hub.emulator.requests if r.method == "HEAD"] == ["hub"] * 3  # no redirect was followed
+
+
+def test_a_same_size_edit_with_its_mtime_restored_fools_no_stamp(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    path = "model-00002-of-00002.gguf"
+    manifest = build_manifest(client, REPO, "main", [path])
+    fetch_payload(client, manifest, str(tmp_path))
+    target = tmp_path / path
+    before = target.stat()
+    with open(target, "r+b") as handle:
+        handle.seek(4096)
+        handle.write(b"\0" * 16)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))  # `touch -d` the old time back
+    assert (target.stat().st_size, target.stat().st_mtime_ns, target.stat().st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    [verdict] = verify_payload(manifest, str(tmp_path), check_hash=True, trust_stamps=True)
+    assert verdict.status == "hash_mismatch"
+    [refused] = fetch_payload(client, manifest, str(tmp_path))
+    assert refused.action == "failed" and "set refetch" in refused.detail
+
+
+def test_a_second_fetch_of_a_held_destination_is_refused_at_once(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["config.json"])
+    before = len(hub.emulator.requests)
+    with open(tmp_path / LOCK, "w") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running fetch holds
+        started = time.monotonic()
+        with pytest.raises(FetchError, match=rf"{LOCK}.*refused, not queued"):
+            fetch_payload(client, manifest, str(tmp_path))
+        assert time.monotonic() - started < 5  # refused, not waiting
+    assert len(hub.emulator.requests) == before
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_a_fetch_that_cannot_fit_is_refused_with_the_numbers_before_any_byte(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    served = build_manifest(client, REPO, "main", [LFS_FILE]).files[0]
+    huge = 1 << 60  # an exabyte: more than any test machine's free space
+    manifest = Manifest(REPO, hub.emulator.repos[REPO].commit, [ManifestFile(LFS_FILE, huge, served.sha256, True)])
+    before = len(hub.emulator.requests)
+    with pytest.raises(FetchError, match=rf"needs {huge:,} more bytes.*free") as info:
+        fetch_payload(client, manifest, str(tmp_path))
+    # The free space is named too (within 1 GiB: other work on the host writes meanwhile).
+    named = int(re.search(r"has ([\d,]+) bytes", str(info.value)).group(1).replace(",", ""))
+    assert abs(named - os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize) < 1 << 30
+    assert len(hub.emulator.requests) == before
+    assert not (tmp_path / f"{LFS_FILE}.partial").exists()
+
+
+def _safetensors_repo(hub, tmp_path, weight_map):
+    repo = "frank/sharded"
+    index = json.dumps({"metadata": {"total_size": 2 << 20}, "weight_map": weight_map}).encode()
+    hub.emulator.add_file(repo, "model.safetensors.index.json", index, "git", workdir=tmp_path)
+    for no in (1, 2):
+        hub.emulator.add_file(repo, f"model-0000{no}-of-00002.safetensors", os.urandom(1 << 20), "lfs", workdir=tmp_path)
+    return repo
+
+
+@pytest.mark.parametrize(
+    ("weight_map", "listed", "named"),
+    [
+        # the manifest forgot shard 2, which the weight map needs
+        ({"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}, [1], "model-00002-of-00002.safetensors"),
+        # the manifest lists shard 2, which the weight map never names
+        ({"a": "model-00001-of-00002.safetensors"}, [1, 2], "model-00002-of-00002.safetensors"),
+    ],
+)
+def test_a_safetensors_index_is_cross_checked_with_the_manifest(hub, tmp_path, weight_map, listed, named):
+    repo = _safetensors_repo(hub, tmp_path / "hub", weight_map)
+    client = HubClient(hub.emulator.hub_url)
+    paths = ["model.safetensors.index.json"] + [f"model-0000{no}-of-00002.safetensors" for no in listed]
+    manifest = build_manifest(client, repo, "main", paths)
+    results = {r.path: r for r in fetch_payload(client, manifest, str(tmp_path / "dest"))}
+    index = results["model.safetensors.index.json"]
+    assert index.action == "failed" and named in index.detail
+    verdicts = {v.path: v for v in verify_payload(manifest, str(tmp_path / "dest"), check_hash=True)}
+    assert not verdicts["model.safetensors.index.json"].ok and named in verdicts["model.safetensors.index.json"].detail
+
+
+def test_a_whole_safetensors_set_passes(hub, tmp_path):
+    repo = _safetensors_repo(hub, tmp_path / "hub", {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"})
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, repo, "main")
+    assert {r.action for r in fetch_payload(client, manifest, str(tmp_path / "dest"))} == {"fetched"}
+    assert all(v.ok for v in verify_payload(manifest, str(tmp_path / "dest"), check_hash=True))
+
+
+def test_a_split_gguf_manifest_missing_a_part_is_refused(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", [LFS_FILE])  # part 1 of 2 only
+    [result] = fetch_payload(client, manifest, str(tmp_path), split_count=gguf_split_count)
+    assert result.action == "failed" and "model-00002-of-00002.gguf" in result.detail and "not in the manifest" in result.detail
+    [verdict] = verify_payload(manifest, str(tmp_path), check_hash=True)  # by the names alone too
+    assert not verdict.ok and "model-00002-of-00002.gguf" in verdict.detail
+
+
+def test_a_split_gguf_whose_header_disagrees_with_its_names_is_refused(hub, tmp_path):
+    repo = "frank/split-liar"
+    first = split_first_part(tmp_path, 3, 1 << 20)  # the header says 3 parts, the names say 2
+    hub.emulator.add_file(repo, "m-00001-of-00002.gguf", first, "lfs", workdir=tmp_path / "hub")
+    hub.emulator.add_file(repo, "m-00002-of-00002.gguf", os.urandom(1 << 20), "lfs", workdir=tmp_path / "hub")
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, repo, "main")
+    results = {r.path: r for r in fetch_payload(client, manifest, str(tmp_path / "dest"), split_count=gguf_split_count)}
+    assert results["m-00001-of-00002.gguf"].action == "failed" and "split.count 3" in results["m-00001-of-00002.gguf"].detail
+    verdicts = {v.path: v for v in verify_payload(manifest, str(tmp_path / "dest"), check_hash=True, split_count=gguf_split_count)}
+    assert verdicts["m-00001-of-00002.gguf"].status == "inconsistent"
+
+
+# --- the multi-connection path ----------------------------------------------------------------
+
+RANGED = {"connections": 4, "piece_size": 256 << 10}
+
+
+def test_planted_range_record_symlink_is_refused_and_its_target_untouched(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["model-00002-of-00002.gguf"])
+    victim = tmp_path / "victim.conf"
+    victim.write_bytes(b"precious\n")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "model-00002-of-00002.gguf.partial.ranges").symlink_to(victim)
+    [result] = fetch_payload(client, manifest, str(dest), **RANGED)
+    assert result.action == "failed" and "partial.ranges" in result.detail and "symlink" in result.detail
+    assert victim.read_bytes() == b"precious\n"
+    assert not (dest / "model-00002-of-00002.gguf").exists()
+
+
+def test_ranged_fetch_never_asks_or_writes_past_the_manifest_size(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    served = build_manifest(client, REPO, "main", ["model-00002-of-00002.gguf"]).files[0]
+    short = served.size - 100_000  # the manifest says less than the server holds
+    manifest = Manifest(REPO, hub.emulator.repos[REPO].commit, [ManifestFile(served.path, short, served.sha256, True)])
+    [result] = fetch_payload(client, manifest, str(tmp_path), **RANGED)
+    assert result.action == "failed" and f"/{served.size}" in result.detail  # the server's Content-Range total is named
+    asked = [r.headers["Range"] for r in hub.emulator.requests if "Range" in r.headers]
+    assert asked and all(int(a.split("-")[1]) < short for a in asked)
+    partial = tmp_path / f"{served.path}.partial"
+    assert not partial.exists() or partial.stat().st_size <= short
+    assert not (tmp_path / served.path).exists()
+
+
+class _NoRangeHandler(BaseHTTPRequestHandler):
+    """A server that ignores Range and answers 200 with the whole body."""
+
+    body = b""
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+def test_a_server_ignoring_ranges_is_refused_and_nothing_is_written(tmp_path):
+    _NoRangeHandler.body = os.urandom(1 << 20)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NoRangeHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        host, port = server.server_address
+        manifest = Manifest(REPO, "0" * 40, [ManifestFile("w.gguf", 1 << 20, hashlib.sha256(_NoRangeHandler.body).hexdigest(), True)])
+        [result] = fetch_payload(HubClient(f"http://{host}:{port}"), manifest, str(tmp_path), **RANGED)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.action == "failed" and "ignores Range" in result.detail and "connections: 1" in result.detail
+    partial = tmp_path / "w.gguf.partial"
+    assert not (tmp_path / "w.gguf").exists()
+    assert not partial.exists() or not partial.read_bytes().strip(b"\0")  # no byte of a 200 body written
+
+
+def test_planted_lock_symlink_is_refused_and_its_target_untouched(hub, tmp_path):
+    client = HubClient(hub.emulator.hub_url)
+    manifest = build_manifest(client, REPO, "main", ["config.json"])
+    victim = tmp_path / "victim.conf"
+    victim.write_bytes(b"precious\n")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / LOCK).symlink_to(victim)
+    with pytest.raises(FetchError, match=rf"{LOCK}: is a symlink"):
+        fetch_payload(client, manifest, str(dest))
+    assert victim.read_bytes() == b"precious\n"

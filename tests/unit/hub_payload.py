@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
 
+from gguf_files import write_gguf
 from hub_emulator import HubEmulator
 
 REPO = "frank/tiny-payload"
@@ -17,12 +18,18 @@ GATED = "frank/gated-payload"
 TOKEN = "hf_test_SECRET_token_5f1c0b9e"
 
 
+def split_first_part(workdir: Path, count: int, size: int) -> bytes:
+    """Part 1 of a split GGUF set: a real header saying split.count, then random bytes up to size."""
+    header = write_gguf(workdir / f"split-header-{count}.gguf", extra_kv={"split.count": count, "split.no": 0}).read_bytes()
+    return header + os.urandom(size - len(header))
+
+
 class Payload:
     """Content served by the emulator, with the truth tests compare against."""
 
     def __init__(self, workdir: Path) -> None:
         self.blobs = {
-            "model-00001-of-00002.gguf": (os.urandom(3 << 20), "lfs"),
+            "model-00001-of-00002.gguf": (split_first_part(workdir, 2, 3 << 20), "lfs"),
             "model-00002-of-00002.gguf": (os.urandom((2 << 20) + 17), "xet"),
             "config.json": (b'{"architectures": ["LlamaForCausalLM"]}\n', "git"),
         }

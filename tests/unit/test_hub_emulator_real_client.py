@@ -1,6 +1,8 @@
-"""The emulator checked against a real client: huggingface_hub's own download and tree code.
+"""The emulator checked against a real client: huggingface_hub's own download, tree, paths-info and
+model_info code.
 Where the real client disagrees with the emulator, the emulator is what gets fixed."""
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,29 @@ def test_list_repo_tree_follows_pagination(hub):
     hub.emulator.page_size = 1
     api = huggingface_hub.HfApi(endpoint=hub.emulator.hub_url, token=False)
     assert len(list(api.list_repo_tree(REPO, recursive=True))) == 3
+
+
+def test_get_paths_info_reads_sizes_and_digests(hub):
+    api = huggingface_hub.HfApi(endpoint=hub.emulator.hub_url, token=False)
+    infos = {i.path: i for i in api.get_paths_info(REPO, ["config.json", "model-00001-of-00002.gguf", "absent.bin"])}
+    assert set(infos) == {"config.json", "model-00001-of-00002.gguf"}
+    config = hub.blobs["config.json"][0]
+    assert infos["config.json"].blob_id == hashlib.sha1(b"blob %d\0" % len(config) + config).hexdigest()
+    assert infos["config.json"].lfs is None
+    assert infos["model-00001-of-00002.gguf"].lfs.sha256 == hub.sha256("model-00001-of-00002.gguf")
+
+
+def test_model_info_names_the_commit_and_every_file(hub):
+    api = huggingface_hub.HfApi(endpoint=hub.emulator.hub_url, token=False)
+    info = api.model_info(REPO)
+    assert info.sha == hub.emulator.repos[REPO].commit
+    assert {s.rfilename for s in info.siblings} == set(hub.blobs)
+    with pytest.raises(huggingface_hub.errors.HfHubHTTPError):
+        api.model_info(GATED)
+    assert huggingface_hub.HfApi(endpoint=hub.emulator.hub_url, token=TOKEN).model_info(GATED).gated == "manual"
+
+
+def test_snapshot_download_gets_every_file(hub, tmp_path):
+    folder = Path(huggingface_hub.snapshot_download(REPO, endpoint=hub.emulator.hub_url, cache_dir=tmp_path, token=False))
+    for path, (data, _kind) in hub.blobs.items():
+        assert (folder / path).read_bytes() == data

@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -94,3 +95,60 @@ def test_atomic_write_leaves_no_temp_file(tmp_path):
     assert target.read_text() == "two\n"
     assert oct(target.stat().st_mode & 0o777) == "0o600"
     assert os.listdir(tmp_path) == ["x.service"]
+
+
+# --- sandboxing (docs/engine_units.md, "Sandboxing") ------------------------------------------
+
+NATIVE = ["/usr/bin/llama-server", "--port", "7772"]
+# What a sandboxed native engine must carry, written out here rather than read from SANDBOX.
+SANDBOXED = [
+    "NoNewPrivileges=yes",
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "PrivateTmp=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "RestrictNamespaces=yes",
+    "CapabilityBoundingSet=",
+    "DevicePolicy=closed",
+    "DeviceAllow=char-drm rw",
+    "DeviceAllow=char-kfd rw",
+    "DeviceAllow=char-nvidia* rw",
+]
+
+
+def test_sandbox_is_off_unless_asked_for():
+    """A unit that runs `podman run` must keep ProtectSystem off: podman writes /var/lib/containers and /run."""
+    text = render_unit(UnitSpec("frank-primary.service", ["/usr/bin/podman", "run", "--rm", "img"]))
+    assert "ProtectSystem" not in text and "NoNewPrivileges" not in text and "DevicePolicy" not in text
+
+
+def test_sandboxed_native_unit_keeps_the_gpu_reachable():
+    lines = render_unit(UnitSpec("frank-large.service", NATIVE, user="llm", sandbox=True, read_write_paths=["/var/cache/frank-large"])).splitlines()
+    for line in [*SANDBOXED, "ReadWritePaths=-/var/cache/frank-large"]:
+        assert line in lines, line
+    # GPU runtimes need the device nodes and JIT their kernels into writable+executable memory.
+    assert not [line for line in lines if line.startswith(("PrivateDevices", "MemoryDenyWriteExecute", "ProcSubset"))]
+
+
+def test_extra_service_replaces_a_sandbox_directive_with_all_its_lines():
+    extra = {"ProtectSystem": "full", "DeviceAllow": "/dev/nvidia0 rw"}
+    lines = render_unit(UnitSpec("frank-large.service", NATIVE, sandbox=True, extra_service=extra)).splitlines()
+    assert [line for line in lines if line.startswith("ProtectSystem=")] == ["ProtectSystem=full"]
+    assert [line for line in lines if line.startswith("DeviceAllow=")] == ["DeviceAllow=/dev/nvidia0 rw"]
+    assert "DevicePolicy=closed" in lines and "NoNewPrivileges=yes" in lines
+
+
+def test_sandboxed_unit_passes_systemd_analyze_verify(tmp_path):
+    """systemd parses every sandbox line (an unknown or misspelt directive is reported)."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = tmp_path / "frank-large.service"
+    unit.write_text(render_unit(UnitSpec("frank-large.service", ["/bin/sleep", "60"], sandbox=True, read_write_paths=["/var/cache/frank-large"])))
+    proc = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "Unknown" not in proc.stderr and "ignoring" not in proc.stderr, proc.stderr

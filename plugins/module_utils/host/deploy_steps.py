@@ -30,7 +30,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine
     render_podman_env_file,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, HEALTH_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS, with_defaults
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_env_file, render_unit, unit_paths
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, UnitManager, boottime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
 
@@ -228,14 +228,16 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
     begun = time.monotonic()
     params = with_defaults(UNIT_OPTIONS, params)
     name = params["name"]
-    unit_path = os.path.join(params["unit_dir"], name)
-    env_dir = params["env_dir"]
-    env_path = os.path.join(env_dir, name.rsplit(".", 1)[0] + ".env")
-    manager = UnitManager(host)
-    result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
 
     def elapsed() -> float:
         return round(time.monotonic() - begun, 2)
+
+    try:
+        unit_path, env_path = unit_paths(name, params["unit_dir"], params["env_dir"])
+    except UnitError as exc:
+        raise StepError(str(exc), {"changed": False, "elapsed": elapsed()}) from None
+    manager = UnitManager(host)
+    result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
 
     secret = params["secret_environment"]
     environment = {k: str(v) for k, v in {**params["environment"], **secret}.items()}
@@ -255,6 +257,8 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
             timeout_start_sec=int(params["timeout_start_sec"]),
             timeout_stop_sec=int(params["timeout_stop_sec"]),
             extra_service={k: str(v) for k, v in params["extra_service"].items()},
+            sandbox=bool(params["sandbox"]),
+            read_write_paths=list(params["read_write_paths"]),
         )
         unit_text = render_unit(spec)
     except (UnitError, KeyError, TypeError, ValueError) as exc:
@@ -351,8 +355,10 @@ def remove_unit(params: dict[str, Any], host: Host) -> dict[str, Any]:
     """systemd_root_unit state=absent: stop, disable and remove the unit and its env file."""
     params = with_defaults(UNIT_OPTIONS, params)
     name = params["name"]
-    unit_path = os.path.join(params["unit_dir"], name)
-    env_path = os.path.join(params["env_dir"], name.rsplit(".", 1)[0] + ".env")
+    try:
+        unit_path, env_path = unit_paths(name, params["unit_dir"], params["env_dir"])
+    except UnitError as exc:
+        raise StepError(str(exc), {"changed": False}) from None
     manager = UnitManager(host)
     result: dict[str, Any] = {"changed": False, "unit_path": unit_path}
     before = read_text(unit_path)

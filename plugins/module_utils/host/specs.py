@@ -74,6 +74,8 @@ UNIT_OPTIONS: dict[str, dict[str, Any]] = {
     "timeout_start_sec": {"type": "int", "default": 900},
     "timeout_stop_sec": {"type": "int", "default": 120},
     "extra_service": {"type": "dict", "default": {}},
+    "sandbox": {"type": "bool", "default": False},
+    "read_write_paths": {"type": "list", "elements": "str", "default": []},
     "state": {"type": "str", "choices": ["started", "stopped", "absent"], "default": "started"},
     "enabled": {"type": "bool", "default": True},
     "restart": {"type": "bool", "default": False},

@@ -13,17 +13,33 @@ EnvironmentFile in double quotes with `"`, `\\`, `` ` `` and `$` backslash-escap
 that systemd and a shell sourcing the file with `set -a` both read back byte for byte, and that
 neither expands nor executes. (Single quotes with `'\\''` are shell-only: systemd keeps the
 backslash.)
+
+Injection: systemd ends a line at `\n`, `\r` or NUL and joins a line ending in a backslash to the
+next, so a value carrying either could add or swallow a directive. Every field is refused with a
+control character (or, single-line values, a trailing backslash), named by its field, never by
+its value. The unit name is the only part of a path that comes from the caller: `unit_paths` checks
+it (and the directories) before any path is joined.
+
+Sandboxing (`sandbox`, for native engines): SANDBOX below; docs/engine_units.md says what each
+directive is for and why PrivateDevices and MemoryDenyWriteExecute are not among them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS, default
 
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+# systemd's unit-name rules (unit_name_is_valid): ASCII letters, digits and `:-_.\\`, at most one
+# `@` (a template or instance), then the type suffix; at most 255 characters (UNIT_NAME_MAX).
+_UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.service$")
+_UNIT_NAME_MAX = 255
+# A directive name as systemd's parser takes it: letters and digits, starting with a letter.
+_DIRECTIVE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # Inside double quotes both systemd's EnvironmentFile parser and a POSIX shell unescape exactly
 # these four after a backslash, and leave every other character literal.
 _ENV_NEED_ESCAPE = '"\\`$'
@@ -34,12 +50,87 @@ class UnitError(ValueError):
     """A unit or environment that cannot be rendered safely; names the field."""
 
 
+# Sandboxing for a native engine. Not here, on purpose: PrivateDevices (it hides /dev/kfd, /dev/dri
+# and /dev/nvidia*) and MemoryDenyWriteExecute (GPU runtimes JIT kernels into writable+executable
+# memory). ProtectClock implies `DeviceAllow=char-rtc r`, and any DeviceAllow closes every device
+# not listed, so the GPU device groups are listed (globs over /proc/devices).
+SANDBOX: tuple[tuple[str, str], ...] = (
+    ("NoNewPrivileges", "yes"),
+    ("ProtectSystem", "strict"),
+    # Models may live under /home: readable, never writable.
+    ("ProtectHome", "read-only"),
+    ("PrivateTmp", "yes"),
+    ("ProtectKernelTunables", "yes"),
+    ("ProtectKernelModules", "yes"),
+    ("ProtectKernelLogs", "yes"),
+    ("ProtectControlGroups", "yes"),
+    ("ProtectClock", "yes"),
+    ("ProtectHostname", "yes"),
+    ("ProtectProc", "invisible"),
+    ("RestrictSUIDSGID", "yes"),
+    ("RestrictRealtime", "yes"),
+    ("RestrictNamespaces", "yes"),
+    ("LockPersonality", "yes"),
+    ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
+    ("SystemCallArchitectures", "native"),
+    # @system-service holds ioctl, mmap/mprotect, mbind and memfd_create that GPU runtimes use;
+    # EPERM instead of a kill, so a call outside it fails softly.
+    ("SystemCallFilter", "@system-service"),
+    ("SystemCallErrorNumber", "EPERM"),
+    ("CapabilityBoundingSet", ""),
+    ("UMask", "0077"),
+    ("DevicePolicy", "closed"),
+    ("DeviceAllow", "char-drm rw"),
+    ("DeviceAllow", "char-kfd rw"),
+    ("DeviceAllow", "char-nvidia* rw"),
+)
+
+
+def check_text(value: object, field_name: str, show: bool = True) -> str:
+    """A single-line unit value: no control character (systemd ends a line at \\n, \\r and NUL)
+    and no trailing backslash (it joins the next line). `show=False` keeps the value out of the
+    error, for values that may be secrets."""
+    text = value if isinstance(value, str) else str(value)
+    seen = f" ({text!r})" if show else ""
+    if _CONTROL_RE.search(text):
+        raise UnitError(f"{field_name}: control characters (newline, carriage return, NUL, ...) are refused{seen}")
+    if text.endswith("\\"):
+        raise UnitError(f"{field_name}: a trailing backslash is refused (systemd joins it to the next line){seen}")
+    return text
+
+
+def check_unit_name(name: object) -> str:
+    """A service unit name by systemd's rules; never a path (no `/`, no `..`)."""
+    if not isinstance(name, str) or not name:
+        raise UnitError("name: give the unit name, ending in .service")
+    if "/" in name or ".." in name or _CONTROL_RE.search(name):
+        raise UnitError(f"name: {name!r} must be a plain unit name (no '/', no '..', no control characters), ending in .service")
+    if len(name) > _UNIT_NAME_MAX or not _UNIT_NAME_RE.match(name) or name.startswith((".", "@")):
+        raise UnitError(f"name: {name!r} must be a unit name ending in .service (letters, digits, ':-_.\\', one '@'; at most {_UNIT_NAME_MAX} characters)")
+    return name
+
+
+def check_absolute_dir(path: object, field_name: str) -> str:
+    if not isinstance(path, str) or not path.startswith("/") or ".." in path.split("/"):
+        raise UnitError(f"{field_name}: give an absolute directory without '..', got {path!r}")
+    return check_text(path, field_name)
+
+
+def unit_paths(name: object, unit_dir: object, env_dir: object) -> tuple[str, str]:
+    """(unit file, EnvironmentFile) for a unit: the one place a caller's unit name meets a
+    directory, so every state, check mode and diff reads and writes only these two paths."""
+    checked = check_unit_name(name)
+    units = check_absolute_dir(unit_dir, "unit_dir")
+    envs = check_absolute_dir(env_dir, "env_dir")
+    return os.path.join(units, checked), os.path.join(envs, checked.rsplit(".", 1)[0] + ".env")
+
+
 def quote_exec_arg(arg: str, field_name: str = "command") -> str:
     """One argv element in systemd's command-line syntax."""
     if not isinstance(arg, str):
         raise UnitError(f"{field_name}: every argument must be a string, got {type(arg).__name__}")
-    if "\n" in arg or "\r" in arg or "\0" in arg:
-        raise UnitError(f"{field_name}: argument {arg!r} contains a newline or NUL")
+    if _CONTROL_RE.search(arg):
+        raise UnitError(f"{field_name}: argument {arg!r} contains a control character (newline, carriage return, NUL, ...)")
     # systemd expands $VAR/${VAR} and %-specifiers in command lines: double them to keep literals.
     literal = arg.replace("%", "%%").replace("$", "$$")
     # Prefix characters (-@:+!) only mean something on the executable, which must be absolute.
@@ -93,13 +184,35 @@ class UnitSpec:
     wants: list[str] = field(default_factory=lambda: ["network-online.target"])
     kill_mode: str = "control-group"
     extra_service: dict[str, str] = field(default_factory=lambda: default(UNIT_OPTIONS, "extra_service"))
+    sandbox: bool = default(UNIT_OPTIONS, "sandbox")
+    read_write_paths: list[str] = field(default_factory=lambda: default(UNIT_OPTIONS, "read_write_paths"))
 
     def validate(self) -> None:
-        if not _UNIT_NAME_RE.match(self.name):
-            raise UnitError(f"name: {self.name!r} must be a unit name ending in .service")
+        check_unit_name(self.name)
+        for field_name in ("description", "user", "group", "environment_file", "working_directory", "kill_mode", "limit_memlock"):
+            check_text(getattr(self, field_name), field_name)
+        for field_name in ("after", "wants"):
+            for index, unit in enumerate(getattr(self, field_name)):
+                check_text(unit, f"{field_name}[{index}]")
+        for index, argv in enumerate(self.pre_start):
+            if not isinstance(argv, list):
+                raise UnitError(f"pre_start[{index}]: give each command as an argv list, got {type(argv).__name__}")
+        for index, path in enumerate(self.read_write_paths):
+            if not isinstance(path, str) or not path.startswith("/") or any(char.isspace() for char in path):
+                raise UnitError(f"read_write_paths[{index}]: give an absolute path without whitespace, got {path!r}")
+            check_text(path, f"read_write_paths[{index}]")
         for key, value in self.extra_service.items():
-            if "\n" in str(value) or not re.match(r"^[A-Za-z]+$", key):
-                raise UnitError(f"extra_service.{key}: invalid directive or value")
+            if not isinstance(key, str) or not _DIRECTIVE_RE.match(key):
+                raise UnitError(f"extra_service: {key!r} is not a directive name (letters and digits, starting with a letter)")
+            check_text(value, f"extra_service.{key}")
+
+    def service_hardening(self) -> list[str]:
+        """The sandbox's lines, then ReadWritePaths; a directive that extra_service names is left
+        to extra_service (all of its lines: DeviceAllow given there replaces the GPU list)."""
+        lines = [f"{key}={value}" for key, value in SANDBOX if self.sandbox and key not in self.extra_service]
+        # `-`: a path that does not exist (yet) is skipped instead of failing the start (226/NAMESPACE).
+        lines += [f"ReadWritePaths=-{path.replace('%', '%%')}" for path in self.read_write_paths]
+        return lines
 
 
 def render_unit(spec: UnitSpec) -> str:
@@ -144,6 +257,7 @@ def render_unit(spec: UnitSpec) -> str:
     ]
     if spec.limit_nofile:
         lines.append(f"LimitNOFILE={spec.limit_nofile}")
+    lines += spec.service_hardening()
     for key in sorted(spec.extra_service):
         lines.append(f"{key}={spec.extra_service[key]}")
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]

@@ -90,22 +90,30 @@ class HubClient:
         headers.update(extra or {})
         return headers
 
-    def request(self, method: str, url: str, headers: dict[str, str] | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """One request, no redirect following. The caller reads and closes the response."""
+    def connect(self, url: str) -> http.client.HTTPConnection:
+        """A new (not yet opened) connection to the URL's origin."""
         parts = urlsplit(url)
         if parts.scheme == "https":
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(parts.netloc, timeout=self.timeout, context=self._ssl)
-        elif parts.scheme == "http":
-            conn = http.client.HTTPConnection(parts.netloc, timeout=self.timeout)
-        else:
-            raise HubError(f"unsupported URL scheme in {self.redact(url)}")
+            return http.client.HTTPSConnection(parts.netloc, timeout=self.timeout, context=self._ssl)
+        if parts.scheme == "http":
+            return http.client.HTTPConnection(parts.netloc, timeout=self.timeout)
+        raise HubError(f"unsupported URL scheme in {self.redact(url)}")
+
+    def send(self, conn: http.client.HTTPConnection, method: str, url: str, headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+        """One request on `conn` (new or kept alive), no redirect following."""
+        parts = urlsplit(url)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         try:
             conn.request(method, target or "/", headers=self._headers_for(url, headers))
-            return conn, conn.getresponse()
+            return conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise HubError(f"{method} {self.redact(url)}: {exc}") from None
+
+    def request(self, method: str, url: str, headers: dict[str, str] | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """One request on a new connection, no redirect following. The caller reads and closes the response."""
+        conn = self.connect(url)
+        return conn, self.send(conn, method, url, headers)
 
     def redact(self, text: str) -> str:
         """Strip the token and any signed query from text bound for a log."""
@@ -232,3 +240,33 @@ class HubClient:
             conn.close()
             raise error
         raise HubError(f"GET {path}: too many redirects")
+
+    def open_range(self, conns: dict[str, http.client.HTTPConnection], url: str, start: int, end: int) -> tuple[http.client.HTTPResponse, str]:
+        """GET bytes start..end (inclusive) of `url`, following redirects by hand, on connections kept
+        alive per origin in `conns` (one worker's own). Returns the open 206 response and the URL that
+        answered it, so the next range goes straight there (the token still reaches the Hub's origin
+        only: _headers_for decides per URL). Anything but a 206 raises without handing over the body."""
+        for _hop in range(MAX_REDIRECTS):
+            origin = _origin(url)
+            conn = conns.get(origin)
+            if conn is None:
+                conn = conns[origin] = self.connect(url)
+            try:
+                response = self.send(conn, "GET", url, {"Range": f"bytes={start}-{end}"})
+            except HubError:
+                # A kept-alive connection the server closed meanwhile: retry once on a new one.
+                conn = conns[origin] = self.connect(url)
+                response = self.send(conn, "GET", url, {"Range": f"bytes={start}-{end}"})
+            if response.status in (301, 302, 303, 307, 308) and response.getheader("Location"):
+                url = urljoin(url, response.getheader("Location", ""))
+                response.read()
+                continue
+            if response.status == 206:
+                return response, url
+            if response.status == 200:
+                conns.pop(origin).close()
+                raise HubError(f"GET {self.redact(url)}: the server ignores Range requests (HTTP 200 to bytes={start}-{end}); fetch with connections: 1", 200)
+            error = self._error_from(response, f"GET {self.redact(url)} bytes={start}-{end}")
+            conns.pop(origin).close()
+            raise error
+        raise HubError(f"GET {self.redact(url)}: too many redirects")

@@ -10,6 +10,10 @@
         size: 49392123904
         sha256: 3f0c...                                    # the Hub's LFS oid; absent for git files
         lfs: true
+      - path: config.json
+        size: 1423
+        git_blob_sha1: 9a1e...                             # the tree's oid of a git file
+        lfs: false
 
 Split GGUF parts are listed as they are on the Hub and never concatenated. Paths are relative and
 may not escape the destination.
@@ -33,6 +37,7 @@ except ImportError:  # target hosts may lack PyYAML; JSON manifests (valid YAML)
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_SHA1_RE = _COMMIT_RE  # a git blob sha1 has the commit's shape: 40 hex digits
 
 
 class ManifestError(ValueError):
@@ -45,11 +50,23 @@ class ManifestFile:
     size: int
     sha256: str | None = None
     lfs: bool = False
+    git_blob_sha1: str | None = None  # a git (non-LFS) file's oid: sha1(b"blob SIZE\0" + content)
+
+    @property
+    def digest(self) -> tuple[str, str] | None:
+        """(algorithm, expected hex) that proves the content: the LFS sha256, else the git blob sha1."""
+        if self.sha256:
+            return "sha256", self.sha256
+        if self.git_blob_sha1:
+            return "git_blob_sha1", self.git_blob_sha1
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "size": self.size}
         if self.sha256:
             out["sha256"] = self.sha256
+        if self.git_blob_sha1:
+            out["git_blob_sha1"] = self.git_blob_sha1
         out["lfs"] = self.lfs
         return out
 
@@ -123,7 +140,12 @@ def parse_manifest(data: Any) -> Manifest:
             sha256 = str(sha256).lower()
             if not _SHA256_RE.match(sha256):
                 raise ManifestError(f"{where}.sha256: expected 64 hex digits, got {entry.get('sha256')!r}")
-        files.append(ManifestFile(path, size, sha256, bool(entry.get("lfs", sha256 is not None))))
+        blob = entry.get("git_blob_sha1")
+        if blob is not None:
+            blob = str(blob).lower()
+            if not _SHA1_RE.match(blob):
+                raise ManifestError(f"{where}.git_blob_sha1: expected 40 hex digits (the Hub tree's oid), got {entry.get('git_blob_sha1')!r}")
+        files.append(ManifestFile(path, size, sha256, bool(entry.get("lfs", sha256 is not None)), blob))
     return Manifest(repo_id, revision, files, str(data.get("repo_type", "model")))
 
 

@@ -6,8 +6,11 @@ The size gate is metadata only (lstat/stat): it reads no file data, so 144 files
 milliseconds. The optional sha256 hashes files in parallel (hashlib releases the GIL), straight
 from a memory map of the page cache (no read() copy), with a bounded number of workers.
 
-A verified file can be stamped in `<dest>/.llm-fleet-verified.json` with its size, mtime, inode and
-sha256; a later run trusts the stamp while those are unchanged (a re-fetch or edit changes them).
+Git (non-LFS) files are proven by their git blob sha1 (the Hub tree's `oid`), LFS files by sha256.
+
+A verified file can be stamped in `<dest>/.llm-fleet-verified.json` with its size, mtime, ctime,
+device, inode and digest; a later run trusts the stamp while those are unchanged. The ctime is the
+part nobody can set: restoring the mtime with `touch -d`/`os.utime` after an edit changes it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile, destination_path
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.structure import SplitCount, structure_problems
 
 STAMP_FILE = ".llm-fleet-verified.json"
 HASH_CHUNK = 64 << 20  # bytes handed to one sha256 update (the GIL is released for it)
@@ -35,11 +39,12 @@ ProgressCallback = Callable[[str, int, int], None]  # path, bytes done, bytes to
 @dataclass
 class FileVerdict:
     path: str
-    status: str  # ok | missing | wrong_size | not_regular | symlink | hash_mismatch
+    status: str  # ok | missing | wrong_size | not_regular | symlink | hash_mismatch | inconsistent
     expected_size: int
     actual_size: int | None = None
     sha256: str | None = None
     detail: str = ""
+    git_blob_sha1: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -51,14 +56,30 @@ class FileVerdict:
             out["actual_size"] = self.actual_size
         if self.sha256:
             out["sha256"] = self.sha256
+        if self.git_blob_sha1:
+            out["git_blob_sha1"] = self.git_blob_sha1
         if self.detail:
             out["detail"] = self.detail
         return out
 
 
+def new_digest(entry: ManifestFile) -> hashlib._Hash | None:
+    """A fresh hash object for the entry's proof (see ManifestFile.digest); None when it has none.
+    A git blob sha1 covers a header (`blob SIZE\0`) and then the content, so the header goes in first."""
+    if entry.sha256:
+        return hashlib.sha256()
+    if entry.git_blob_sha1:
+        return hashlib.sha1(b"blob %d\0" % entry.size, usedforsecurity=False)
+    return None
+
+
 def sha256_path(path: str, progress: Callable[[int], None] | None = None) -> str:
     """sha256 of a file, hashed from a memory map in large slices."""
-    digest = hashlib.sha256()
+    return hash_path(path, hashlib.sha256(), progress)
+
+
+def hash_path(path: str, digest: hashlib._Hash, progress: Callable[[int], None] | None = None) -> str:
+    """Feed a file to `digest` from a memory map in large slices; return the hex digest."""
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
@@ -103,7 +124,9 @@ def size_gate(entry: ManifestFile, dest: str, allow_symlinks: bool = False) -> F
 
 
 def _stamp_key(info: os.stat_result) -> list[int]:
-    return [info.st_size, info.st_mtime_ns, info.st_ino]
+    # ctime_ns: any write or utime() moves it and nothing can set it back; dev and ino: the same
+    # file, not another one renamed into its place.
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_dev, info.st_ino]
 
 
 def read_stamps(dest: str) -> dict[str, dict[str, object]]:
@@ -115,7 +138,7 @@ def read_stamps(dest: str) -> dict[str, dict[str, object]]:
         return {}
 
 
-def write_stamp(dest: str, relative: str, sha256: str) -> None:
+def write_stamp(dest: str, relative: str, algorithm: str, value: str) -> None:
     """Record a verified file (atomically: temp file + rename). A read-only payload directory
     gets no stamps: they only save a rehash, so verification goes on without them."""
     if not os.access(dest, os.W_OK):
@@ -123,12 +146,12 @@ def write_stamp(dest: str, relative: str, sha256: str) -> None:
     info = os.stat(destination_path(dest, relative))
     with _stamp_lock:
         stamps = read_stamps(dest)
-        stamps[relative] = {"sha256": sha256, "stat": _stamp_key(info)}
+        stamps[relative] = {algorithm: value, "stat": _stamp_key(info)}
         write_atomically(os.path.join(dest, STAMP_FILE), json.dumps(stamps, indent=1, sort_keys=True))
 
 
-def stamped_sha256(dest: str, relative: str, stamps: dict[str, dict[str, object]] | None = None) -> str | None:
-    """The sha256 recorded for this file, if the file is unchanged since."""
+def stamped_digest(dest: str, relative: str, algorithm: str, stamps: dict[str, dict[str, object]] | None = None) -> str | None:
+    """The digest (sha256 or git_blob_sha1) recorded for this file, if the file is unchanged since."""
     stamps = read_stamps(dest) if stamps is None else stamps
     record = stamps.get(relative)
     if not isinstance(record, dict):
@@ -137,7 +160,8 @@ def stamped_sha256(dest: str, relative: str, stamps: dict[str, dict[str, object]
         info = os.stat(destination_path(dest, relative))
     except OSError:
         return None
-    return str(record.get("sha256")) if record.get("stat") == _stamp_key(info) else None
+    value = record.get(algorithm)
+    return str(value) if value and record.get("stat") == _stamp_key(info) else None
 
 
 # --- the whole manifest -----------------------------------------------------------------------
@@ -151,30 +175,37 @@ def verify_payload(
     allow_symlinks: bool = False,
     progress: ProgressCallback | None = None,
     trust_stamps: bool = False,
+    split_count: SplitCount | None = None,
 ) -> list[FileVerdict]:
-    """Size-gate every manifest file; with check_hash, sha256 the ones that passed (in parallel)."""
+    """Size-gate every manifest file; with check_hash, hash the ones that passed (in parallel) and
+    cross-check the set (safetensors index, split GGUF count: structure.py)."""
     verdicts = [size_gate(entry, dest, allow_symlinks) for entry in manifest.files]
     if not check_hash:
         return verdicts
     stamps = read_stamps(dest) if trust_stamps else {}
     entries = {entry.path: entry for entry in manifest.files}
-    todo = [v for v in verdicts if v.ok and entries[v.path].sha256]
+    todo = [v for v in verdicts if v.ok and entries[v.path].digest]
 
     def check(verdict: FileVerdict) -> None:
         entry = entries[verdict.path]
-        stamped = stamped_sha256(dest, entry.path, stamps) if trust_stamps else None
+        algorithm, expected = entry.digest
+        stamped = stamped_digest(dest, entry.path, algorithm, stamps) if trust_stamps else None
         if stamped is not None:
             actual = stamped
         else:
             callback = (lambda done: progress(entry.path, done, entry.size)) if progress else None
-            actual = sha256_path(destination_path(dest, entry.path), callback)
-        verdict.sha256 = actual
-        if actual != entry.sha256:
+            actual = hash_path(destination_path(dest, entry.path), new_digest(entry), callback)
+        setattr(verdict, algorithm, actual)
+        if actual != expected:
             verdict.status = "hash_mismatch"
-            verdict.detail = f"sha256 {actual} != manifest {entry.sha256}"
+            verdict.detail = f"{algorithm} {actual} != manifest {expected}"
         elif stamped is None:
-            write_stamp(dest, entry.path, actual)
+            write_stamp(dest, entry.path, algorithm, actual)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         list(pool.map(check, todo))
+    problems = structure_problems(manifest, dest, split_count)
+    for verdict in verdicts:
+        if verdict.ok and verdict.path in problems:
+            verdict.status, verdict.detail = "inconsistent", "; ".join(problems[verdict.path])
     return verdicts
