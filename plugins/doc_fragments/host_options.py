@@ -50,7 +50,7 @@ options:
     type: str
     default: /cache
   gpu_vendor:
-    description: V(amd) passes /dev/kfd and /dev/dri with groups video and render; V(nvidia) passes CDI devices.
+    description: V(amd) passes /dev/kfd and /dev/dri with the host's numeric video and render GIDs; V(nvidia) passes CDI devices.
     type: str
     choices: [amd, nvidia, none]
     default: none
@@ -82,7 +82,9 @@ options:
     elements: str
     default: []
   environment:
-    description: Environment for the engine, passed through a root-only env file (values taken literally).
+    description:
+      - Environment for the engine, passed through a root-only env file.
+      - A value podman versions would read differently (empty, C(#), a leading quote, control characters) is refused, naming its key.
     type: dict
     default: {}
   secret_environment:
@@ -110,8 +112,35 @@ options:
     description: Extra labels.
     type: dict
     default: {}
+  user:
+    description:
+      - The numeric C(UID:GID) the engine runs as inside the container (not root); the host's
+        C(cache_dir) is created or chowned to it. V(0:0) runs the engine as root again.
+    type: str
+    default: '10001:10001'
+  cap_add:
+    description: Capabilities the engine gets back (such as C(SYS_NICE)); every other capability is dropped (C(--cap-drop=all)).
+    type: list
+    elements: str
+    default: []
+  read_only:
+    description: A read-only root filesystem; the cache mount and a tmpfs C(/tmp) are the only writable places. V(false) makes the root writable.
+    type: bool
+    default: true
+  no_new_privileges:
+    description: C(--security-opt=no-new-privileges), so no setuid binary or file capability raises the engine's privileges.
+    type: bool
+    default: true
+  seccomp_unconfined:
+    description:
+      - Run without podman's seccomp profile (C(seccomp=unconfined)). Only where a ROCm stack on a
+        given kernel fails inside the profile, which refuses move_pages, migrate_pages and
+        perf_event_open (ROCm's own container instructions run unconfined). The default keeps
+        the profile.
+    type: bool
+    default: false
   env_file:
-    description: Path of the container's env file.
+    description: Path of the container's env file (absolute); the host's config-hash key is kept in the same directory.
     type: path
   pull:
     description: V(never) fails when the image is missing; V(missing) pulls C(IMAGE@DIGEST) then.
@@ -355,7 +384,7 @@ options:
         type: str
         default: /cache
       gpu_vendor:
-        description: V(amd) passes /dev/kfd and /dev/dri with groups video and render; V(nvidia) passes CDI devices.
+        description: V(amd) passes /dev/kfd and /dev/dri with the host's numeric video and render GIDs; V(nvidia) passes CDI devices.
         type: str
         choices: [amd, nvidia, none]
         default: none
@@ -387,7 +416,9 @@ options:
         elements: str
         default: []
       environment:
-        description: Environment for the engine, passed through a root-only env file (values taken literally).
+        description:
+          - Environment for the engine, passed through a root-only env file.
+          - A value podman versions would read differently (empty, C(#), a leading quote, control characters) is refused, naming its key.
         type: dict
         default: {}
       secret_environment:
@@ -415,8 +446,35 @@ options:
         description: Extra labels.
         type: dict
         default: {}
+      user:
+        description:
+          - The numeric C(UID:GID) the engine runs as inside the container (not root); the host's
+            C(cache_dir) is created or chowned to it. V(0:0) runs the engine as root again.
+        type: str
+        default: '10001:10001'
+      cap_add:
+        description: Capabilities the engine gets back (such as C(SYS_NICE)); every other capability is dropped (C(--cap-drop=all)).
+        type: list
+        elements: str
+        default: []
+      read_only:
+        description: A read-only root filesystem; the cache mount and a tmpfs C(/tmp) are the only writable places. V(false) makes the root writable.
+        type: bool
+        default: true
+      no_new_privileges:
+        description: C(--security-opt=no-new-privileges), so no setuid binary or file capability raises the engine's privileges.
+        type: bool
+        default: true
+      seccomp_unconfined:
+        description:
+          - Run without podman's seccomp profile (C(seccomp=unconfined)). Only where a ROCm stack on a
+            given kernel fails inside the profile, which refuses move_pages, migrate_pages and
+            perf_event_open (ROCm's own container instructions run unconfined). The default keeps
+            the profile.
+        type: bool
+        default: false
       env_file:
-        description: Path of the container's env file.
+        description: Path of the container's env file (absolute); the host's config-hash key is kept in the same directory.
         type: path
       pull:
         description: V(never) fails when the image is missing; V(missing) pulls C(IMAGE@DIGEST) then.

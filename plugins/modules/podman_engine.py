@@ -15,9 +15,16 @@ description:
   - Returns the foreground C(podman run) argv for a root unit's ExecStart - its own name cleared
     first (C(--replace)), C(--rm), a persistent cache directory mounted with HOME pointing there,
     the model directory read-only, GPU devices, network, ipc, ulimits, an env file for values and
-    a label with the hash of the configuration - and the matching ExecStop (C(podman stop -t N NAME)).
+    a label with a keyed hash of the configuration - and the matching ExecStop (C(podman stop -t N NAME)).
+  - The engine runs with least privilege unless an option relaxes it - a non-root C(UID:GID)
+    (O(user)), every capability dropped (O(cap_add) gives some back), C(no-new-privileges),
+    podman's seccomp profile (O(seccomp_unconfined) drops it), and a read-only root where only the
+    cache mount and a tmpfs C(/tmp) are writable (O(read_only)).
   - Writes the container's env file (mode 0600) when O(environment) or O(secret_environment) is
-    given; that file is the only thing O(state=present) changes on the host.
+    given, and removes it when neither is; a value that podman versions would read differently
+    is refused, naming its key.
+  - Creates the cache directory owned by O(user) (or chowns it to O(user)), and on first use the
+    host's config-hash key (32 random bytes, mode 0600) beside the env file.
   - Runtime knobs that differ per host (runtime, cgroups mode, ulimits) are parameters, so host
     quirks live in the inventory.
   - O(state=absent) removes only this container (by its exact name) and its env file.
@@ -76,6 +83,10 @@ env_file:
   description: Path of the env file, when one is written.
   returned: when environment is given
   type: str
+env_changed:
+  description: Whether the env file was written or removed (in check mode, would be); a secrets-only change shows here.
+  returned: always
+  type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import pytest
+from engine_privileges import assert_least_privilege
 from lab_host import BIN, ROOT, cli, env, lab_shape, on_host, playbook, require_lab_host, served, unit_property, wait_healthy
 
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
@@ -35,6 +36,11 @@ def test_fresh_deploy_then_rerun_changes_nothing(tmp_path):
     assert served(PORT) == "frank-secondary"
     rc, stats, out = deploy(tmp_path)
     assert rc == 0 and stats["changed"] == 0, out[-3000:]
+
+
+def test_the_engine_runs_without_privileges():
+    # Capabilities none, no-new-privileges, a read-only root, a non-root UID:GID.
+    assert_least_privilege("frank-secondary")
 
 
 def test_check_mode_on_a_changed_shape_reports_and_changes_nothing(tmp_path):

@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from engine_privileges import assert_least_privilege
 from lab_host import ROOT, cli, failures, lab_shape, on_host, playbook, require_lab_host, served, unit_property, wait_healthy
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
@@ -60,6 +61,11 @@ def test_green_deploy_serves_a_completion_and_a_rerun_changes_nothing(tmp_path, 
     assert "--speculative-config" in unit_property(UNIT, "ExecStart")
     rc, stats, out = deploy(tmp_path, store)
     assert rc == 0 and stats["changed"] == 0, out[-4000:]
+
+
+def test_the_engine_runs_without_privileges():
+    # vLLM's compile caches land in the cache mount (HOME, XDG_CACHE_HOME) or the tmpfs /tmp.
+    assert_least_privilege("frank-primary")
 
 
 def test_predicted_kv_tokens_equal_the_engines_own_line_for_two_shapes(tmp_path, store):

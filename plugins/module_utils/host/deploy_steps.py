@@ -8,18 +8,28 @@ writes passes through one Host (host_runner.py), which changes nothing in check 
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import re
+import secrets
+import stat
 import time
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.drain import drain, read_in_flight
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import http_get, wait_healthy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import (
+    EngineContainer,
+    EngineError,
+    check_path,
+    digest_verdict,
+    render_podman_env_file,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, HEALTH_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS, with_defaults
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import (
     UnitError,
@@ -35,6 +45,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_cli
 
 # Every container setting but the environment, which arrives merged with the secrets.
 ENGINE_KEYS = tuple(f.name for f in fields(EngineContainer) if f.name != "environment")
+CHOWN = "/usr/bin/chown"
 
 
 class StepError(RuntimeError):
@@ -56,15 +67,21 @@ def report(module: Any, step: Callable[[], dict[str, Any]]) -> None:
 
 
 def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any]:
-    """podman_engine's work: image digest gate, env file, the unit's argv (state present)."""
+    """podman_engine's work: image digest gate, env file, cache directory, the unit's argv.
+
+    `env_changed` says whether the env file was (or, in check mode, would be) written or
+    removed: a secrets-only change shows nowhere else to the caller that must restart the unit."""
     params = with_defaults(ENGINE_OPTIONS, params)
-    env_file = params["env_file"] or f"/etc/llm-fleet/{params['name']}.podman.env"
-    result: dict[str, Any] = {"changed": False}
+    env_file = _engine_env_file(params)
+    result: dict[str, Any] = {"changed": False, "env_changed": False}
     environment = {k: str(v) for k, v in {**params["environment"], **params["secret_environment"]}.items()}
     engine = EngineContainer(**{key: params[key] for key in ENGINE_KEYS if params.get(key) is not None}, environment=environment)
     try:
+        check_path("env_file", env_file)
         engine.validate()
         env_text = render_podman_env_file(environment) if environment else None
+        if engine.gpu_vendor == "amd":
+            engine.gpu_gids = host_group_ids(GPU_GROUPS)
     except EngineError as exc:
         raise StepError(str(exc), result) from None
 
@@ -80,25 +97,109 @@ def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, A
     if not ok:
         raise StepError(verdict, {**result, "expected_digest": params["digest"]})
 
+    try:
+        hash_key = _config_hash_key(host, os.path.join(os.path.dirname(env_file), CONFIG_HASH_KEY_FILE))
+    except EngineError as exc:
+        raise StepError(str(exc), result) from None
+    before = read_text(env_file)
     if env_text is not None:
         result["env_file"] = env_file
-        before = read_text(env_file)
-        if before != env_text:
-            result["changed"] = result["env_changed"] = True
+        if before != env_text or _mode(env_file) != 0o600:
+            result["env_changed"] = True
             if diff:
                 result["diff"] = {"before": f"{env_file}: {'absent' if before is None else 'present'}\n", "after": f"{env_file}: rendered (values hidden)\n"}
             host.write(env_file, env_text, 0o600)
-    cache_dir = params["cache_dir"]
-    if cache_dir and not os.path.isdir(cache_dir):
-        result["changed"] = True
-        host.makedirs(cache_dir)
+    elif before is not None:
+        # No environment any more: a stale file would keep the old secrets on disk.
+        result["env_changed"] = True
+        host.remove(env_file)
+    result["changed"] = result["changed"] or result["env_changed"] or hash_key.written
+    if engine.cache_dir:
+        try:
+            result["changed"] = _own_cache_dir(host, engine.cache_dir, engine.uid_gid()) or result["changed"]
+        except EngineError as exc:
+            raise StepError(str(exc), result) from None
     result.update(
-        run_argv=engine.run_argv(env_file if env_text is not None else None),
+        run_argv=engine.run_argv(hash_key.key, env_file if env_text is not None else None),
         stop_argv=engine.stop_argv(),
         cleanup_argv=engine.cleanup_argv(),
-        config_hash=engine.config_hash(),
+        config_hash=engine.config_hash(hash_key.key),
     )
     return result
+
+
+def _engine_env_file(params: dict[str, Any]) -> str:
+    return params["env_file"] or f"/etc/llm-fleet/{params['name']}.podman.env"
+
+
+def _mode(path: str) -> int | None:
+    try:
+        return stat.S_IMODE(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
+# The key of the config-hash label (HMAC-SHA256): one per host, beside the engines' env files.
+CONFIG_HASH_KEY_FILE = "config-hash.key"
+# AMD GPUs: /dev/kfd and /dev/dri/renderD* belong to these groups on the host.
+GPU_GROUPS = ("video", "render")
+
+
+@dataclass
+class HashKey:
+    key: bytes
+    written: bool
+
+
+def _config_hash_key(host: Host, path: str) -> HashKey:
+    """The host's config-hash key: created on first use (32 random bytes, mode 0600), then read.
+    A key that others can read, or that is not a plain file, is refused rather than trusted."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        key = secrets.token_bytes(32)
+        host.write(path, key.hex() + "\n", 0o600)
+        return HashKey(key, True)
+    if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) & 0o077 or info.st_uid != os.geteuid():
+        raise EngineError(f"{path}: the config-hash key must be a plain file owned by this user with mode 0600; remove it to have a new one made")
+    text = (read_text(path) or "").strip()
+    if not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise EngineError(f"{path}: not a config-hash key (64 hex digits); remove it to have a new one made")
+    return HashKey(bytes.fromhex(text), False)
+
+
+def host_group_ids(names: tuple[str, ...]) -> list[int]:
+    """The host's numeric GIDs of `names` (those that exist), for --group-add."""
+    gids = []
+    for name in names:
+        try:
+            gids.append(grp.getgrnam(name).gr_gid)
+        except KeyError:
+            continue
+    if not gids:
+        raise EngineError(f"gpu_vendor: amd needs one of the host groups {', '.join(names)} (the owners of /dev/kfd and /dev/dri); none exists")
+    return gids
+
+
+def _own_cache_dir(host: Host, path: str, owner: tuple[int, int]) -> bool:
+    """The cache directory exists and belongs to the engine's UID:GID (the engine writes there and
+    nowhere else). A directory another owner filled (a root engine before) is chowned whole:
+    `chown -R` never follows a symlink, and the kernel's protected_hardlinks keeps the engine
+    user from linking a file it does not own into the tree. Returns whether it changed."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        raise EngineError(f"cache_dir: {path} is not a directory (a symlink is refused too)")
+    if info is not None and (info.st_uid, info.st_gid) == owner:
+        return False
+    if info is None:
+        host.makedirs(path, 0o700)
+    rc, _out, err = host.change([CHOWN, "-R", f"{owner[0]}:{owner[1]}", path])
+    if rc != 0:
+        raise EngineError(f"cache_dir: chown of {path} to {owner[0]}:{owner[1]} failed: {err.strip()}")
+    return True
 
 
 def _image_inspect(host: Host, image: str) -> list[Any] | None:
@@ -114,10 +215,14 @@ def _image_inspect(host: Host, image: str) -> list[Any] | None:
 def remove_engine(params: dict[str, Any], host: Host) -> dict[str, Any]:
     """podman_engine state=absent: only this container (by exact name) and its env file."""
     params = with_defaults(ENGINE_OPTIONS, params)
-    env_file = params["env_file"] or f"/etc/llm-fleet/{params['name']}.podman.env"
+    env_file = _engine_env_file(params)
+    try:
+        check_path("env_file", env_file)
+    except EngineError as exc:
+        raise StepError(str(exc), {"changed": False}) from None
     exists = host.query([PODMAN, "container", "exists", params["name"]])[0] == 0
     has_env = os.path.exists(env_file)
-    result = {"changed": exists or has_env}
+    result = {"changed": exists or has_env, "env_changed": has_env}
     if exists:
         rc, _out, err = host.change([PODMAN, "rm", "--force", "--ignore", "--time", str(params["stop_timeout"]), params["name"]])
         if rc != 0:

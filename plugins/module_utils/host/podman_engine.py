@@ -8,28 +8,76 @@
   the name registered), and removes the container on exit (`--rm`).
 - A persistent cache directory is mounted and HOME points there (compile caches turn a 184 s
   start into 4 s; a root-owned HOME broke cache writes). The model directory is read-only.
-- GPUs: AMD (/dev/kfd, /dev/dri, groups video and render) or NVIDIA (CDI devices).
+- Least privilege by default: the engine runs as a non-root UID:GID with every capability
+  dropped, no-new-privileges, a read-only root, and only the cache mount and a tmpfs /tmp
+  writable; each option (user, cap_add, read_only, no_new_privileges, seccomp_unconfined)
+  relaxes one of these where the inventory says so.
+- GPUs: AMD (/dev/kfd, /dev/dri, the host's video and render GIDs) or NVIDIA (CDI devices).
 - Runtime knobs that differ per host (runtime, cgroups mode, ulimits) are parameters.
-- A label carries the hash of the whole configuration, so a change is visible on the container.
+- A label carries a keyed hash (HMAC-SHA256, a per-host key) of the whole configuration, so a
+  change is visible on the container and the label reveals nothing about secret values.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, default
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_USER_RE = re.compile(r"^([0-9]+):([0-9]+)$")
+_CAP_RE = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]*$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 LABEL_PREFIX = "io.frank.llm-fleet"
+# /tmp is the only writable place besides the cache mount; compilers (torch inductor, g++) put
+# their intermediates there, so it stays exec-able.
+TMPFS_TMP = "/tmp:rw,nosuid,nodev,mode=1777"
+# Flags that would undo a privilege default from extra_args: each has its own option (or none,
+# for what the collection never grants).
+_PRIVILEGE_FLAGS = {
+    "--privileged": "the collection never runs a privileged engine",
+    "--cap-add": "use cap_add",
+    "--cap-drop": "every capability is dropped; use cap_add for the ones the engine needs",
+    "--security-opt": "use no_new_privileges or seccomp_unconfined",
+    "--user": "use user",
+    "--group-add": "GPU groups come from gpu_vendor",
+    "--read-only": "use read_only",
+    "--read-only-tmpfs": "use read_only",
+    "--userns": "the engine runs in the host's user namespace as a non-root user (see user)",
+    "--pid": "the engine keeps its own PID namespace",
+    "--uts": "the engine keeps its own UTS namespace",
+    "--cgroupns": "the engine keeps its own cgroup namespace",
+}
+# podman 4.3 reads an env file with bufio.Scanner, whose longest line is 64 KiB with its newline.
+ENV_LINE_MAX_BYTES = 64 * 1024 - 1
 
 
 class EngineError(ValueError):
     """An engine description that cannot be run safely; names the field."""
+
+
+def control_character_problem(value: str) -> str | None:
+    """Where a control character sits in `value` (the value itself is never quoted)."""
+    match = _CONTROL_RE.search(value)
+    return f"control character {match.group()!r} at offset {match.start()} is refused" if match else None
+
+
+def check_path(name: str, value: str) -> None:
+    """An absolute, normalised path without control characters; `name` is the field."""
+    problem = control_character_problem(value)
+    if problem:
+        raise EngineError(f"{name}: {problem}")
+    if not os.path.isabs(value) or ".." in value.split("/"):
+        raise EngineError(f"{name}: give an absolute path without '..', not {value!r}")
 
 
 @dataclass
@@ -56,14 +104,32 @@ class EngineContainer:
     stop_timeout: int = default(ENGINE_OPTIONS, "stop_timeout")
     extra_args: list[str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "extra_args"))
     labels: dict[str, str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "labels"))
+    user: str = default(ENGINE_OPTIONS, "user")
+    cap_add: list[str] = field(default_factory=lambda: default(ENGINE_OPTIONS, "cap_add"))
+    read_only: bool = default(ENGINE_OPTIONS, "read_only")
+    no_new_privileges: bool = default(ENGINE_OPTIONS, "no_new_privileges")
+    seccomp_unconfined: bool = default(ENGINE_OPTIONS, "seccomp_unconfined")
+    # Not an option: the host's numeric video and render GIDs (AMD), which ensure_engine looks up.
+    # Rootful podman keeps the host's GIDs on device nodes, while --group-add NAME would resolve
+    # the name in the image's /etc/group (a different GID, or none).
+    gpu_gids: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
+        self._refuse_control_characters()
         if not _NAME_RE.match(self.name):
             raise EngineError(f"name: {self.name!r} is not a valid container name")
         if "@" in self.image:
             raise EngineError("image: give the repository (and tag) without '@'; the digest goes in digest")
+        if not _IMAGE_RE.match(self.image):
+            raise EngineError(f"image: {self.image!r} is not a repository[:tag]")
         if not _DIGEST_RE.match(self.digest):
             raise EngineError(f"digest: expected sha256:<64 hex>, got {self.digest!r}")
+        for key in ("model_dir", "model_mount", "cache_dir", "cache_mount"):
+            value = getattr(self, key)
+            if value:
+                check_path(key, value)
+                if ":" in value or "," in value:
+                    raise EngineError(f"{key}: ':' and ',' are refused (they separate --volume fields), in {value!r}")
         if self.shm_size and self.ipc == "host":
             raise EngineError(
                 "shm_size: podman cannot size /dev/shm in the host's IPC namespace (ipc host, the default): "
@@ -72,11 +138,49 @@ class EngineContainer:
         if self.gpu_vendor not in ("amd", "nvidia", "none"):
             raise EngineError(f"gpu_vendor: amd, nvidia or none, not {self.gpu_vendor!r}")
         for key in self.environment:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            if not _ENV_KEY_RE.match(key):
                 raise EngineError(f"environment: {key!r} is not a valid variable name")
         for index, arg in enumerate(self.command + self.extra_args):
             if not isinstance(arg, str):
                 raise EngineError(f"command[{index}]: every argument must be a string")
+        for index, arg in enumerate(self.extra_args):
+            flag = arg.split("=", 1)[0]
+            why = _PRIVILEGE_FLAGS.get(flag) or (_PRIVILEGE_FLAGS["--user"] if re.match(r"^-u", arg) else None)
+            if why:
+                raise EngineError(f"extra_args[{index}]: {flag} is refused here: {why}")
+        for key in self.labels:
+            if "=" in key or not key:
+                raise EngineError(f"labels: {key!r} is not a label name")
+        self.uid_gid()
+        for index, cap in enumerate(self.cap_add):
+            if cap.upper() in ("ALL", "CAP_ALL") or not _CAP_RE.match(cap.upper()):
+                raise EngineError(f"cap_add[{index}]: name one capability (such as SYS_NICE), not {cap!r}")
+
+    def _refuse_control_characters(self) -> None:
+        """No control character reaches argv: each field is named, with its index or key."""
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name == "environment":
+                continue  # render_podman_env_file checks values (naming the key, never the value)
+            if isinstance(value, str):
+                named = [(item.name, value)]
+            elif isinstance(value, list):
+                named = [(f"{item.name}[{index}]", str(element)) for index, element in enumerate(value)]
+            elif isinstance(value, dict):
+                named = [(f"{item.name}.{key}", f"{key}{element}") for key, element in value.items()]
+            else:
+                continue
+            for name, text in named:
+                problem = control_character_problem(text)
+                if problem:
+                    raise EngineError(f"{name}: {problem}")
+
+    def uid_gid(self) -> tuple[int, int]:
+        """The numeric UID and GID the engine runs as (the cache directory is owned by them)."""
+        match = _USER_RE.match(self.user)
+        if not match:
+            raise EngineError(f"user: give a numeric UID:GID such as 10001:10001 (the host's cache directory is chowned to it), not {self.user!r}")
+        return int(match.group(1)), int(match.group(2))
 
     @property
     def image_ref(self) -> str:
@@ -84,14 +188,14 @@ class EngineContainer:
         repository = self.image.rsplit(":", 1)[0] if ":" in self.image.rsplit("/", 1)[-1] else self.image
         return f"{repository}@{self.digest}"
 
-    def config_hash(self) -> str:
-        """Hash of everything that shapes the container. Environment values are included so a
-        changed value changes ExecStart and restarts the unit; only 16 hex digits of a sha256 over
-        the whole configuration are exposed."""
+    def config_hash(self, key: bytes) -> str:
+        """Keyed hash of everything that shapes the container. Environment values are included
+        so a changed value changes ExecStart and restarts the unit; the key (root-only, per
+        host) keeps a value from being recovered by hashing guesses against the label."""
         data = json.dumps(asdict(self), sort_keys=True).encode()
-        return hashlib.sha256(data).hexdigest()[:16]
+        return hmac.new(key, data, hashlib.sha256).hexdigest()[:32]
 
-    def run_argv(self, env_file: str | None = None) -> list[str]:
+    def run_argv(self, hash_key: bytes, env_file: str | None = None) -> list[str]:
         """The foreground `podman run` a root unit's ExecStart runs."""
         self.validate()
         argv = ["/usr/bin/podman", "run", "--rm", "--replace", "--name", self.name]
@@ -99,6 +203,7 @@ class EngineContainer:
             argv += ["--runtime", self.runtime]
         if self.cgroups:
             argv += [f"--cgroups={self.cgroups}"]
+        argv += self._privilege_args()
         argv += [f"--network={self.network}"]
         for port in self.publish:
             argv += ["--publish", port]
@@ -117,7 +222,7 @@ class EngineContainer:
         if env_file:
             # Values live in a root-only file, not on the command line (ps would show them).
             argv += ["--env-file", env_file]
-        labels = {f"{LABEL_PREFIX}.engine": self.name, f"{LABEL_PREFIX}.config-hash": self.config_hash(), **self.labels}
+        labels = {f"{LABEL_PREFIX}.engine": self.name, f"{LABEL_PREFIX}.config-hash": self.config_hash(hash_key), **self.labels}
         for key in sorted(labels):
             argv += ["--label", f"{key}={labels[key]}"]
         argv += [f"--stop-timeout={self.stop_timeout}"]
@@ -128,11 +233,24 @@ class EngineContainer:
         argv += self.command
         return argv
 
+    def _privilege_args(self) -> list[str]:
+        uid, gid = self.uid_gid()
+        argv = [f"--user={uid}:{gid}", "--cap-drop=all"]
+        argv += [f"--cap-add={cap.upper()}" for cap in self.cap_add]
+        if self.no_new_privileges:
+            argv += ["--security-opt=no-new-privileges"]
+        if self.seccomp_unconfined:
+            argv += ["--security-opt=seccomp=unconfined"]
+        if self.read_only:
+            # podman's --read-only alone would also leave /run, /var/tmp and /dev writable.
+            argv += ["--read-only", "--read-only-tmpfs=false", f"--tmpfs={TMPFS_TMP}"]
+        return argv
+
     def _gpu_args(self) -> list[str]:
         argv: list[str] = []
         if self.gpu_vendor == "amd":
-            argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video", "--group-add", "render"]
-            argv += ["--security-opt", "seccomp=unconfined"]
+            argv += ["--device", "/dev/kfd", "--device", "/dev/dri"]
+            argv += [f"--group-add={gid}" for gid in self.gpu_gids]
         elif self.gpu_vendor == "nvidia":
             for device in self.gpu_devices or ["nvidia.com/gpu=all"]:
                 argv += ["--device", device]
@@ -162,14 +280,39 @@ def digest_verdict(inspect: list[dict[str, Any]] | None, image: str, pinned: str
     return False, f"image {image} has digest {', '.join(candidates) or 'none'}; expected {pinned}"
 
 
+def env_value_problem(value: str) -> str | None:
+    """Why podman versions would read `KEY=value` differently, or None when every version reads
+    the value byte for byte. podman 4.3 (the lab's) and every release but one take everything
+    after the first '=' literally; 4.7.0 alone parsed dotenv-style (containers/podman 170a78631b,
+    reverted in 4.7.1 by 297a66c303): there an empty value passes the host's variable
+    through, '#' starts a comment, and a value opening with a quote may run on over the next
+    lines. tests/hostile/test_engine_hostile.py ports both parsers and checks the rule."""
+    if value == "":
+        return "an empty value is refused (podman 4.7.0 reads KEY= as 'pass the host's KEY through'); leave the key out"
+    problem = control_character_problem(value)
+    if problem:
+        return f"{problem} (an env file line cannot carry it)"
+    if "#" in value:
+        return "'#' is refused (podman 4.7.0 ends the value there; 4.3 keeps it)"
+    if value.lstrip(" ")[:1] in ('"', "'", "`"):
+        return "a value opening with a quote is refused (podman 4.7.0 strips the quotes or reads on over the next lines; 4.3 keeps them)"
+    return None
+
+
 def render_podman_env_file(environment: dict[str, str]) -> str:
-    """podman's --env-file takes each line's value literally (no quotes, no expansion)."""
+    """One `KEY=value` line per variable, written so that every podman version reads each value
+    byte for byte (env_value_problem); a value they would read differently is refused, naming
+    its key and never the value."""
     lines = []
     for key in sorted(environment):
         value = environment[key]
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not _ENV_KEY_RE.match(key):
             raise EngineError(f"environment: {key!r} is not a valid variable name")
-        if "\n" in value or "\r" in value or "\0" in value:
-            raise EngineError(f"environment.{key}: newlines and NUL are refused (an env file line cannot carry them)")
-        lines.append(f"{key}={value}")
+        problem = env_value_problem(value)
+        if problem:
+            raise EngineError(f"environment.{key}: {problem}")
+        line = f"{key}={value}"
+        if len(line.encode("utf-8")) > ENV_LINE_MAX_BYTES:
+            raise EngineError(f"environment.{key}: the line is longer than {ENV_LINE_MAX_BYTES} bytes (podman 4.3 cannot read it)")
+        lines.append(line)
     return "\n".join(lines) + "\n"

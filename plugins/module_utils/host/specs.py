@@ -37,6 +37,13 @@ ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
     "stop_timeout": {"type": "int", "default": 30},
     "extra_args": {"type": "list", "elements": "str", "default": []},
     "labels": {"type": "dict", "default": {}},
+    # Least privilege (docs/engine_units.md "Container privileges"): each default is the secure
+    # one, and each option relaxes exactly one thing.
+    "user": {"type": "str", "default": "10001:10001"},
+    "cap_add": {"type": "list", "elements": "str", "default": []},
+    "read_only": {"type": "bool", "default": True},
+    "no_new_privileges": {"type": "bool", "default": True},
+    "seccomp_unconfined": {"type": "bool", "default": False},
     "env_file": {"type": "path"},
     "pull": {"type": "str", "choices": ["never", "missing"], "default": "never"},
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
