@@ -77,16 +77,16 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import ensure_unit_metrics
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import LIB_DIR, TEXTFILE_DIR, UNIT_DIR, ensure_unit_metrics
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "units": {"type": "list", "elements": "str", "required": True},
-            "textfile_dir": {"type": "str", "default": "/var/lib/prometheus/node-exporter"},
-            "unit_dir": {"type": "str", "default": "/etc/systemd/system"},
-            "lib_dir": {"type": "str", "default": "/usr/local/lib/llm-fleet"},
+            "textfile_dir": {"type": "str", "default": TEXTFILE_DIR},
+            "unit_dir": {"type": "str", "default": UNIT_DIR},
+            "lib_dir": {"type": "str", "default": LIB_DIR},
         },
         supports_check_mode=True,
     )

@@ -114,7 +114,7 @@ def failure_gate(action: str, task_path: str, task_name: str, result: Mapping[st
         return "deploy"
     if task_path.split(":", 1)[0].endswith("/" + PREFLIGHT_FILE):
         return "preflight"
-    return task_name
+    return task_name.split(" : ", 1)[-1]  # without the "ROLE : " prefix
 
 
 class DeployPlan:

@@ -76,11 +76,13 @@ PROBE_MSG = "smoke probe: the completion is empty (0 completion tokens)"
             "health: the new shape failed (crash-looping). The last-known-good shape is serving again.",
         ),
         ("ansible.builtin.copy", "/x/site.yml:3", {"msg": "Destination not writable"}, "refused by a gate (Copy the thing)", "Destination not writable"),
+        ("ansible.builtin.raw", f"{ROLE}/x.yml:3", {"msg": "rc 1"}, "refused by a gate (Ask the machine)", "rc 1"),
     ],
 )
 def test_a_failed_task_names_its_gate_and_why(action, path, result, verdict, detail):
     plan = DeployPlan()
-    plan.failed("frank-x", action, path, "Copy the thing", result)
+    name = "frank.llm_fleet.host_metrics : Ask the machine" if action == "ansible.builtin.raw" else "Copy the thing"
+    plan.failed("frank-x", action, path, name, result)
     assert plan.rows() == [Row("frank-x", verdict, detail)]
 
 

@@ -3,6 +3,7 @@
 per-endpoint template timers of earlier versions retired) and the writer itself on a temp dir."""
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from fake_host import SYSTEMCTL, FakeRunner, show
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import unit_metrics_writer
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import ensure_unit_metrics
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import current_probe, ensure_unit_metrics
 
 TIMER_SHOW = (SYSTEMCTL, "show", "llm-fleet-unit-metrics.timer")
 RUNNING = {TIMER_SHOW: [show(UnitFileState="enabled", ActiveState="active")]}
@@ -126,3 +127,35 @@ def test_the_writer_writes_each_unit_and_drops_retired_ones(tmp_path):
     assert 'llm_fleet_unit_start_time_seconds{unit="frank-secondary.service"} 1764470000\n' in secondary
     large = (tmp_path / "llm_fleet_frank-large.service.prom").read_text()
     assert 'llm_fleet_unit_active{unit="frank-large.service"} 0\n' in large and "start_time" not in large
+
+
+def probe_output(command, root):
+    """Run the probe's command on this machine with systemctl answering enabled/active (a fake on PATH)."""
+    fake_bin = Path(root, "bin")
+    fake_bin.mkdir(exist_ok=True)
+    systemctl = fake_bin / "systemctl"
+    systemctl.write_text('#!/bin/sh\n[ "$1" = is-enabled ] && echo enabled || echo active\n')
+    systemctl.chmod(0o755)
+    proc = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, check=True)
+    return proc.stdout.splitlines()
+
+
+def test_the_no_op_probe_matches_exactly_what_the_module_installs(params, tmp_path):
+    units, textfile_dir = params["units"], params["textfile_dir"]
+    probe = current_probe(units, textfile_dir, params["unit_dir"], params["lib_dir"])
+    assert probe_output(probe["command"], tmp_path) != probe["expected"]  # nothing installed yet
+    install(params, ABSENT)
+    assert probe_output(probe["command"], tmp_path) == probe["expected"]
+    # A writer edited on the machine, or a template timer left behind, runs the module again.
+    Path(params["unit_dir"], "llm-fleet-unit-metrics@.timer").write_text("[Timer]\n")
+    assert probe_output(probe["command"], tmp_path) != probe["expected"]
+    Path(params["unit_dir"], "llm-fleet-unit-metrics@.timer").unlink()
+    Path(params["lib_dir"], "llm_fleet_unit_metrics.py").write_text("# edited\n")
+    assert probe_output(probe["command"], tmp_path) != probe["expected"]
+    # Another endpoint on the machine changes the service, so the expected lines differ.
+    assert current_probe([*units, "frank-extra.service"], textfile_dir, params["unit_dir"], params["lib_dir"])["expected"] != probe["expected"]
+
+
+def test_the_probe_refuses_a_name_that_would_reach_the_shell(params):
+    with pytest.raises(StepError, match="units: 'x.service; reboot' is not a unit name"):
+        current_probe(["x.service; reboot"], params["textfile_dir"], params["unit_dir"], params["lib_dir"])

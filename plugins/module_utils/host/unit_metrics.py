@@ -12,6 +12,7 @@ so two writers never race on one file.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 from typing import Any
@@ -22,6 +23,9 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, UnitManager
 
+UNIT_DIR = "/etc/systemd/system"
+LIB_DIR = "/usr/local/lib/llm-fleet"
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 SERVICE = "llm-fleet-unit-metrics.service"
 TIMER = "llm-fleet-unit-metrics.timer"
 WRITER_NAME = "llm_fleet_unit_metrics.py"
@@ -54,7 +58,8 @@ def writer_source() -> str:
     source = loader.get_source(unit_metrics_writer.__name__) if loader is not None else None
     if source is None:
         source = read_text(unit_metrics_writer.__file__) or ""
-    return source
+    # The controller's collection loader answers bytes (the unit_metrics_probe filter runs there).
+    return source.decode("utf-8") if isinstance(source, bytes) else source
 
 
 def service_text(writer_path: str, textfile_dir: str, units: list[str]) -> str:
@@ -79,17 +84,39 @@ def _validate(units: list[str], textfile_dir: str, unit_dir: str, lib_dir: str) 
             raise StepError(f"{field}: {path!r} must be an absolute path of letters, digits and /_.- (it is written into ExecStart unquoted)", {})
 
 
+def wanted_files(units: list[str], textfile_dir: str, unit_dir: str, lib_dir: str) -> list[tuple[str, str, int]]:
+    """(path, content, mode) of the writer, the service and the timer; refuses a name that would need quoting."""
+    _validate(units, textfile_dir, unit_dir, lib_dir)
+    writer_path = os.path.join(lib_dir, WRITER_NAME)
+    return [
+        (writer_path, writer_source(), 0o755),
+        (os.path.join(unit_dir, SERVICE), service_text(writer_path, textfile_dir, sorted(set(units))), 0o644),
+        (os.path.join(unit_dir, TIMER), TIMER_TEXT, 0o644),
+    ]
+
+
+def current_probe(units: list[str], textfile_dir: str = TEXTFILE_DIR, unit_dir: str = UNIT_DIR, lib_dir: str = LIB_DIR) -> dict[str, Any]:
+    """A read-only shell command (one remote execution, no module transfer) and the lines it prints
+    when the machine has exactly what ensure_unit_metrics installs: each file's sha256, the timer
+    enabled and active, no per-endpoint template left. A no-op deploy runs only this; any other
+    output runs the module. Every path in it passed _validate, so none needs quoting."""
+    files = wanted_files(units, textfile_dir, unit_dir, lib_dir)
+    legacy = [os.path.join(unit_dir, name) for name in LEGACY_TEMPLATES]
+    legacy.append(os.path.join(unit_dir, "timers.target.wants", "llm-fleet-unit-metrics@*.timer"))
+    command = (
+        f"sha256sum {' '.join(path for path, _text, _mode in files)} 2>&1; "
+        f"systemctl is-enabled {TIMER} 2>&1; systemctl is-active {TIMER} 2>&1; "
+        f"ls -d {' '.join(legacy)} {LEGACY_ENV} 2>/dev/null; true"
+    )
+    expected = [f"{hashlib.sha256(text.encode()).hexdigest()}  {path}" for path, text, _mode in files] + ["enabled", "active"]
+    return {"command": command, "expected": expected}
+
+
 def ensure_unit_metrics(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any]:
     """Install (or, in check mode, report) the writer, its service and timer; start the timer."""
     units = sorted(set(params["units"]))
-    textfile_dir, unit_dir, lib_dir = params["textfile_dir"], params["unit_dir"], params["lib_dir"]
-    _validate(units, textfile_dir, unit_dir, lib_dir)
-    writer_path = os.path.join(lib_dir, WRITER_NAME)
-    wanted = [
-        (writer_path, writer_source(), 0o755),
-        (os.path.join(unit_dir, SERVICE), service_text(writer_path, textfile_dir, units), 0o644),
-        (os.path.join(unit_dir, TIMER), TIMER_TEXT, 0o644),
-    ]
+    unit_dir = params["unit_dir"]
+    wanted = wanted_files(units, params["textfile_dir"], unit_dir, params["lib_dir"])
     result: dict[str, Any] = {"changed": False, "units": units, "files": []}
     diffs = []
     units_changed = False
