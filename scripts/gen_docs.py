@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the documentation that must not drift from the code it describes.
 
-- docs/plugins/<name>.md: one page per module, lookup and filter, from ansible-doc's own JSON;
+- docs/plugins/<name>.md: one page per module, lookup, filter and callback, from ansible-doc's own JSON;
 - roles/<role>/README.md: one per role, from the role's meta/argument_specs.yml;
 - docs/fleet/: the production fleet's rules, dashboards, client fragments and runbooks
   (bin/llm-fleet generate -i inventories/production);
@@ -110,6 +110,10 @@ def plugin_pages() -> dict[str, str]:
     for name, data in sorted(_ansible_doc("filter", filters).items()):
         short = name.split(".")[-1]
         pages[f"docs/plugins/{short}.md"] = plugin_page("filter", short, data, f"plugins/filter/{short}.yml")
+    callbacks = sorted(p.stem for p in (ROOT / "plugins" / "callback").glob("*.py"))
+    for name, data in sorted(_ansible_doc("callback", callbacks).items()):
+        short = name.split(".")[-1]
+        pages[f"docs/plugins/{short}.md"] = plugin_page("callback", short, data, f"plugins/callback/{short}.py")
     return pages
 
 

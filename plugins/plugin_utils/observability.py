@@ -16,8 +16,8 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape
 
-# Series every runtime has: Prometheus' own `up`, and the unit facts the endpoint role's
-# textfile timer writes (roles/endpoint/files/unit_metrics.py) for node_exporter to serve.
+# Series every runtime has: Prometheus' own `up`, and the unit facts the machine's textfile timer
+# writes (plugins/module_utils/host/unit_metrics_writer.py) for node_exporter to serve.
 UNIT_SERIES = frozenset({"llm_fleet_unit_restarts_total", "llm_fleet_unit_active", "llm_fleet_unit_start_time_seconds"})
 SYNTHETIC_SERIES = frozenset({"up"})
 

@@ -123,14 +123,14 @@ def test_unit_metrics_count_a_crash_restart_for_the_alert_rules():
     prom = "/var/lib/prometheus/node-exporter/llm_fleet_frank-secondary.service.prom"
 
     def facts():
-        on_host("systemctl", "start", "llm-fleet-unit-metrics@frank-secondary.service")  # what the timer runs
+        on_host("systemctl", "start", "llm-fleet-unit-metrics.service")  # what the timer runs
         text = on_host("cat", prom)
         values = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
         return text, values
 
     text, before = facts()
     assert observability.series_from_exposition(text) == observability.UNIT_SERIES
-    assert on_host("systemctl", "is-active", "llm-fleet-unit-metrics@frank-secondary.timer") == "active"
+    assert on_host("systemctl", "is-active", "llm-fleet-unit-metrics.timer") == "active"
     restarts = int(before['llm_fleet_unit_restarts_total{unit="frank-secondary.service"}'])
     on_host("systemctl", "kill", "--signal=SIGKILL", UNIT)
     deadline = time.monotonic() + 60

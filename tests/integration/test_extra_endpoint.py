@@ -27,7 +27,7 @@ def roles_and_playbooks_status() -> str:
 
 def remove_extra_endpoint() -> None:
     """Everything the deploy created on the lab host for frank-extra."""
-    on_host("systemctl", "disable", "--now", UNIT, f"llm-fleet-unit-metrics@{NAME}.timer", check=False)
+    on_host("systemctl", "disable", "--now", UNIT, check=False)
     on_host("podman", "rm", "-f", "--ignore", NAME, check=False)
     on_host(
         "rm",

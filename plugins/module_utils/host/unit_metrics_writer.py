@@ -1,23 +1,30 @@
 #!/usr/bin/python3
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Write one endpoint unit's systemd facts for node_exporter's textfile collector.
+"""Write the systemd facts of a machine's endpoint units for node_exporter's textfile collector.
 
-  llm_fleet_unit_metrics.py UNIT DIRECTORY
+  llm_fleet_unit_metrics.py DIRECTORY UNIT...
 
-Series (the names observability.UNIT_SERIES lists, and the alert rules use):
+Series (the names observability.UNIT_SERIES lists, and the alert rules use), one file
+DIRECTORY/llm_fleet_UNIT.prom per unit:
   llm_fleet_unit_restarts_total{unit}      systemd's NRestarts: restarts since the unit was started
   llm_fleet_unit_active{unit}              1 when ActiveState is active, else 0
   llm_fleet_unit_start_time_seconds{unit}  when the running process started (unix time)
 
-Run by llm-fleet-unit-metrics@ENDPOINT.timer. The file is replaced atomically, so the collector
-never reads half of it.
+Installed on the machine as /usr/local/lib/llm-fleet/llm_fleet_unit_metrics.py by the module
+frank.llm_fleet.unit_metrics (this file is its source) and run by llm-fleet-unit-metrics.timer.
+Each file is replaced atomically, so the collector never reads half of it; a llm_fleet_*.prom file
+of a unit no longer listed (a retired endpoint) is removed, so its alerts stop.
+Standard library only: it runs under the machine's /usr/bin/python3.
 """
 
 import os
 import subprocess
 import sys
 import tempfile
+
+PREFIX = "llm_fleet_"
+SUFFIX = ".prom"
 
 
 def unit_facts(unit):
@@ -50,18 +57,30 @@ def exposition(unit, facts):
     return "\n".join(lines) + "\n"
 
 
+def textfile_name(unit):
+    return PREFIX + unit.replace("/", "_") + SUFFIX
+
+
+def write_all(directory, units, facts=unit_facts):
+    """One file per unit; the llm_fleet_*.prom files of units not listed are removed."""
+    os.makedirs(directory, exist_ok=True)
+    wanted = {textfile_name(unit) for unit in units}
+    for unit in units:
+        fd, tmp = tempfile.mkstemp(prefix=".llm_fleet_", suffix=".prom.tmp", dir=directory)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(exposition(unit, facts(unit)))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, os.path.join(directory, textfile_name(unit)))
+    for name in os.listdir(directory):
+        if name.startswith(PREFIX) and name.endswith(SUFFIX) and name not in wanted:
+            os.unlink(os.path.join(directory, name))
+
+
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) < 2:
         sys.stderr.write(__doc__)
         return 2
-    unit, directory = argv[1], argv[2]
-    text = exposition(unit, unit_facts(unit))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".llm_fleet_", suffix=".prom.tmp", dir=directory)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, os.path.join(directory, "llm_fleet_{}.prom".format(unit.replace("/", "_"))))
+    write_all(argv[1], argv[2:])
     return 0
 
 

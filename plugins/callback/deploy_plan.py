@@ -1,0 +1,91 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: deploy_plan
+type: aggregate
+short_description: One table at the end of a deploy - per endpoint, unchanged, restart, cosmetic, swap, refused, rolled back or pending
+version_added: 0.3.0
+description:
+  - At the end of a run of C(playbooks/deploy.yml) (or C(deploy_fleet.yml), C(deploy_primary.yml), ...)
+    prints one row per endpoint of the play, with one of these verdicts - "unchanged";
+    "new endpoint (install)"; "shape change (restart)"; "cosmetic change (no restart)";
+    "runtime swap" (with --diff, where the last-known-good record's before and after name the old
+    and new runtime, launch and unit); "refused by a gate (GATE)" with the gate's message (GATE is
+    budget, payload, preflight, digest, ownership, health or probe); "rolled back" (the new shape
+    failed, the last-known-good one serves again); "unreachable"; and "pending" for every endpoint
+    the run never reached because it stopped at an earlier one.
+  - With C(--check --diff) the table is the deploy plan - what the real run would do - and
+    nothing changes.
+  - The verdicts come from the endpoint_deploy task's result (C(steps) engine, unit, probe, record,
+    each with C(changed); C(rolled_back)) and from the failed gate tasks. A changed unit step is a
+    restart unless it reports C(restarted) false; a change of the engine's env file or the record
+    alone is cosmetic. An endpoint a finished run deployed nothing to (C(--tags)) is "not deployed".
+    A run that deploys and refuses nothing (a probe, a bench, C(--tags budget) that passes) prints
+    no table.
+  - Not printed when the stdout callback writes JSON (the table would break the document).
+  - Enable it in ansible.cfg - C(callbacks_enabled = frank.llm_fleet.deploy_plan) - or with
+    C(ANSIBLE_CALLBACKS_ENABLED=frank.llm_fleet.deploy_plan).
+author:
+  - frank.llm_fleet maintainers (@frank-ops)
+requirements:
+  - enable in configuration
+"""
+
+from typing import Any
+
+from ansible import constants as C
+from ansible import context
+from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_plan import DEPLOY_ACTION, DeployPlan, render
+
+ENDPOINT_GROUP = "llm_endpoints"
+
+
+def _is_endpoint(host: Any) -> bool:
+    return ENDPOINT_GROUP in [group.name for group in host.get_groups()]
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "frank.llm_fleet.deploy_plan"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan = DeployPlan()
+
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        # Every endpoint the play will walk, so the ones a stopped run never reaches are listed too.
+        inventory = getattr(play.get_variable_manager(), "_inventory", None)
+        if inventory is None:
+            return
+        hosts = inventory.get_hosts(play.hosts, order=play.order)
+        self.plan.expect([host.name for host in hosts if _is_endpoint(host)])
+
+    def v2_runner_on_ok(self, result: Any) -> None:
+        task = result.task
+        if task.resolved_action == DEPLOY_ACTION and not task.args.get("restore"):
+            self.plan.deployed(result.host.get_name(), result.result)
+
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        if ignore_errors or not _is_endpoint(result.host):
+            return
+        task = result.task
+        action = task.resolved_action or task.action
+        self.plan.failed(result.host.get_name(), action, task.get_path() or "", task.get_name(), result.result)
+
+    def v2_runner_on_unreachable(self, result: Any) -> None:
+        if _is_endpoint(result.host):
+            self.plan.unreachable(result.host.get_name(), result.result)
+
+    def v2_playbook_on_stats(self, stats: Any) -> None:
+        if not self.plan.has_news() or "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK")):
+            return
+        self._display.banner("DEPLOY PLAN" if context.CLIARGS.get("check") else "DEPLOY RESULT")
+        self._display.display(render(self.plan.rows(), bool(context.CLIARGS.get("check"))))
