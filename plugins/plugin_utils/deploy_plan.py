@@ -83,20 +83,31 @@ def deploy_verdict(result: Mapping[str, Any]) -> tuple[str, str]:
     if result.get("restored"):
         return RESTORED, ""
     steps = result.get("steps") or {}
-    changed = [name for name in ("engine", "unit", "probe", "record") if isinstance(steps.get(name), Mapping) and steps[name].get("changed")]
+    names = ("retire", "firewall", "engine", "unit", "probe", "record")
+    changed = [name for name in names if isinstance(steps.get(name), Mapping) and steps[name].get("changed")]
     if not changed:
         return UNCHANGED, ""
     detail = "changed: " + ", ".join(changed)
+    unit = steps.get("unit") or {}
+    drain = unit.get("drain")
+    if isinstance(drain, Mapping) and drain.get("outcome") not in (None, "idle"):
+        detail += f"; drain {drain.get('outcome')}" + (f", {drain.get('cut')} cut" if drain.get("cut") else "")
+    retire = steps.get("retire") or {}
+    retired = [u.get("unit") for u in retire.get("units") or [] if isinstance(u, Mapping) and u.get("changed")]
+    if retired:
+        detail += "; retired " + ", ".join(str(u) for u in retired)
     before, after = _record_shapes(steps.get("record") or {})
     diff = (steps.get("record") or {}).get("diff")
     if isinstance(diff, Mapping) and not diff.get("before"):
         return NEW, detail
+    # endpoint_deploy names a swap itself (steps.retire.swap); with --diff the record shows one too.
+    if retire.get("swap"):
+        return SWAP, f"{retire['swap']} (old unit archived); {detail}"
     if before is not None and after is not None and _launch(before) != _launch(after):
         return SWAP, f"{_launch(before)} -> {_launch(after)}; {detail}"
-    unit = steps.get("unit") or {}
-    # A unit step that says it did not (or would not) restart is a cosmetic change; without that
-    # word, a changed unit restarts (endpoint_deploy restarts on any change of its unit or env file).
-    if unit.get("changed") and unit.get("restarted", True) is not False:
+    # The unit step says when a change was documentation only (rewritten and reloaded, no restart);
+    # any other change of the unit or its env file restarts the engine.
+    if unit.get("changed") and not unit.get("cosmetic"):
         return RESTART, detail
     return COSMETIC, detail
 

@@ -33,8 +33,21 @@ def record(runtime, launch, unit="frank-secondary.service", ctx=8192):
         (steps("engine", "unit", "record"), "shape change (restart)", "changed: engine, unit, record"),
         # The record alone (a shape key the unit does not carry): the engine keeps serving.
         (steps("record"), "cosmetic change (no restart)", "changed: record"),
-        # A unit step that reports it did not restart (a comment-only edit).
-        (steps("unit", unit={"restarted": False}), "cosmetic change (no restart)", "changed: unit"),
+        # A unit step that reports a documentation-only edit (rewritten and reloaded, no restart).
+        (steps("unit", unit={"cosmetic": True}), "cosmetic change (no restart)", "changed: unit"),
+        # endpoint_deploy names a runtime swap itself, and the drain's outcome and the retired units show.
+        (
+            {
+                **steps("unit", "record", unit={"drain": {"outcome": "forced", "cut": 2}}),
+                "steps": {
+                    **steps("unit", "record")["steps"],
+                    "unit": {"changed": True, "drain": {"outcome": "forced", "cut": 2}},
+                    "retire": {"changed": True, "swap": "llamacpp/native -> vllm/podman", "units": [{"unit": "old.service", "changed": True}]},
+                },
+            },
+            "runtime swap",
+            "llamacpp/native -> vllm/podman (old unit archived); changed: retire, unit, record; drain forced, 2 cut; retired old.service",
+        ),
         (steps("unit", "record", record_diff=("", record("llamacpp", "podman"))), "new endpoint (install)", "changed: unit, record"),
         (
             steps("unit", "record", record_diff=(record("llamacpp", "podman"), record("llamacpp", "podman", ctx=4096))),
