@@ -61,7 +61,7 @@ def playbook(
         # An extra var applies to every host: the other endpoints would share this shape (and port)
         # and the preflight's port-clash check would rightly refuse. The shape goes to the limited
         # endpoint's host_vars in a copy of the lab inventory instead.
-        inventory = _inventory_with_shape(tmp_path, limit, extra_vars.pop("endpoint_shape"))
+        inventory = inventory_with_shape(tmp_path, limit, extra_vars.pop("endpoint_shape"))
     if inventory is not None:
         argv += ["-i", str(inventory)]
     if limit:
@@ -79,7 +79,8 @@ def playbook(
     return proc.returncode, stats, proc.stdout
 
 
-def _inventory_with_shape(tmp_path: Path, endpoint: str, shape: dict) -> Path:
+def inventory_with_shape(tmp_path: Path, endpoint: str, shape: dict) -> Path:
+    """A copy of the lab inventory where `endpoint` has `shape` in its host_vars."""
     root = tmp_path / "shape-override"
     inventory = root / "inventories" / "lab"
     if not inventory.exists():

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 import yaml
-from lab_host import BIN, ROOT, env, lab_shape, on_host, require_lab_host
+from lab_host import BIN, ROOT, env, inventory_with_shape, lab_shape, on_host, require_lab_host
 
 pytestmark = pytest.mark.lab
 
@@ -47,9 +47,8 @@ def test_a_refused_first_endpoint_leaves_the_rest_pending_in_the_plan(tmp_path):
 
 
 def test_a_changed_shape_is_planned_as_a_restart(tmp_path):
-    extra = tmp_path / "shape.yml"
-    extra.write_text(yaml.safe_dump({"endpoint_shape": {**lab_shape("frank-secondary"), "ctx_size": 4096}}))
-    rc, rows, out = plan_rows("--limit", "frank-secondary", "-e", f"@{extra}", "--check", "--diff")
+    inventory = inventory_with_shape(tmp_path, "frank-secondary", {**lab_shape("frank-secondary"), "ctx_size": 4096})
+    rc, rows, out = plan_rows("-i", str(inventory), "--limit", "frank-secondary", "--check", "--diff")
     assert rc == 0, out[-3000:]
     assert list(rows) == ["frank-secondary"]
     # A fresh lab host has no record yet: then the plan says install.
