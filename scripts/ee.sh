@@ -85,7 +85,9 @@ cmd_build() {
 
 # The lab's hosts are containers of this machine's podman, reached by the containers.podman
 # connection. Inside the EE, podman is a client of this machine's podman service: a socket started
-# for this run only and mounted into the EE, named by CONTAINER_HOST.
+# for this run only and mounted into the EE, named by CONTAINER_HOST. That variable goes to the
+# EE's `podman run` only: navigator's --set-environment-variable would also reach its own podman,
+# which must stay local.
 cmd_check() {
     [[ -s $OUT/image ]] || die "no image: run 'make ee' first"
     local ref lab
@@ -112,7 +114,7 @@ cmd_check() {
         --mode stdout --execution-environment-image "$ref" --pull-policy never --container-engine podman \
         --execution-environment-volume-mounts "$sock_dir/podman.sock:/run/podman/podman.sock" \
         --execution-environment-volume-mounts "$lab:$lab" \
-        --set-environment-variable CONTAINER_HOST=unix:///run/podman/podman.sock \
+        --container-options=--env=CONTAINER_HOST=unix:///run/podman/podman.sock \
         --set-environment-variable ANSIBLE_COLLECTIONS_PATH=/usr/share/ansible/collections \
         --playbook-artifact-enable false --log-file "$OUT/navigator.log"
 }
