@@ -73,6 +73,8 @@ cmd_build() {
         return 0
     fi
     log "building $ref on $base (ansible-builder, a few minutes)"
+    local started
+    started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
     "$BIN/ansible-builder" build -f execution-environment.yml -c "$OUT/context" --container-runtime podman \
         -t "$ref" --build-arg EE_BASE_IMAGE="$base" -v 1 \
         --extra-build-cli-args "--label $LABEL=image --label $LABEL.spec=ee" \
@@ -80,6 +82,14 @@ cmd_build() {
     # Older tags are superseded; only this image's own are removed.
     podman images --filter "label=$LABEL.spec=ee" --format '{{.Repository}}:{{.Tag}}' \
         | grep -vxF "$ref" | xargs -r podman rmi >/dev/null 2>&1 || true
+    # So are the untagged stages of earlier builds (each ~0.5 GB), which podman keeps. This build's
+    # stages stay as the layer cache of the next one. A pass frees the parents of the next.
+    local _pass ids
+    for _pass in 1 2 3 4 5; do
+        mapfile -t ids < <(podman images -q --filter "label=$LABEL.spec=ee" --filter dangling=true --filter "until=$started")
+        ((${#ids[@]})) || break
+        podman rmi "${ids[@]}" >/dev/null 2>&1 || true
+    done
     log "built $ref ($(podman image inspect "$ref" --format '{{.Size}}') bytes)"
 }
 
