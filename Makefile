@@ -55,5 +55,15 @@ build: setup ## build the collection tarball into build/ and prove it installs
 	tmp=$$(mktemp -d) && ANSIBLE_COLLECTIONS_PATH="$$tmp" ansible-galaxy collection install --force --offline --no-deps -p "$$tmp" build/frank-llm_fleet-*.tar.gz \
 		&& test -f "$$tmp/ansible_collections/frank/llm_fleet/plugins/modules/vram_budget.py" && rm -rf "$$tmp"
 
+.PHONY: ee ee-check
+# ansible-playbook's arguments for `make ee-check`: a dry run of the fleet unless told otherwise.
+EE_CHECK_ARGS ?= --check
+
+ee: setup ## build the execution environment image (execution-environment.yml; cached by content)
+	@scripts/ee.sh build
+
+ee-check: ee ## run playbooks/deploy_fleet.yml --check inside the EE against the lab (shared: flock /tmp/lab.lock make ee-check)
+	@scripts/ee.sh check $(EE_CHECK_ARGS)
+
 test: lint unit integration sanity molecule build ## every check
 	@echo "make test: all checks passed"

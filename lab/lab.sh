@@ -8,6 +8,7 @@
 #   lab/lab.sh down     remove exactly the containers and build leftovers the lab created
 #   lab/lab.sh purge    down, then also remove the lab's images and generated models
 #   lab/lab.sh status   what the lab has running and built
+#   lab/lab.sh build SPEC   build one image of lab/images (the execution environment's base, ee-base)
 #
 # Everything the lab creates carries the label io.frank.llm-fleet.lab, and only such objects are
 # ever removed.
@@ -146,5 +147,6 @@ case ${1:-} in
     purge) cmd_purge ;;
     status) cmd_status ;;
     image-ref) image_ref "${2:?spec}"; echo ;;
-    *) die "usage: lab/lab.sh images|up|down|purge|status|image-ref SPEC" ;;
+    build) build_image "${2:?spec}" ;;
+    *) die "usage: lab/lab.sh images|up|down|purge|status|image-ref SPEC|build SPEC" ;;
 esac
