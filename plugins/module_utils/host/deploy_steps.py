@@ -62,8 +62,16 @@ def report(module: Any, step: Callable[[], dict[str, Any]]) -> None:
     try:
         result = step()
     except StepError as exc:
+        _warn(module, exc.result)
         module.fail_json(msg=str(exc), **exc.result)
+    _warn(module, result)
     module.exit_json(**result)
+
+
+def _warn(module: Any, result: dict[str, Any]) -> None:
+    """A step's warnings through module.warn (exit_json's own `warnings` key is deprecated)."""
+    for warning in result.pop("warnings", None) or []:
+        module.warn(str(warning))
 
 
 def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any]:
