@@ -211,6 +211,9 @@ def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
     changed = {name: step["changed"] for name, step in steps.items()}
     assert changed == {"retire": False, "firewall": False, "engine": False, "unit": True, "probe": False, "record": True}
     assert steps["probe"]["completion"] == "hello there"
+    # A start was issued: the boot ledger carries what the restart cost (no drain: nothing was serving).
+    assert steps["unit"]["restarted"] and first["boot_ledger"]["restart"]["drain"] is None
+    assert first["boot_ledger"]["restart"]["start_to_healthy_s"] >= 0
     assert [action.split()[0] for action in first["actions"]] == ["write", f"{SYSTEMCTL}", f"{SYSTEMCTL}", "write", "write"]
     assert first["actions"][-1].startswith(f"write {tmp_path}/record/{RECORD_FILE}")
     runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")]})

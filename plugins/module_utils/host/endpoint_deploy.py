@@ -195,8 +195,10 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         ) from None
 
     ledger = None
-    if unit_result.get("changed") and not host.check_mode:
+    if unit_result.get("restarted") and not host.check_mode:
         ledger = _record_boot_ledger(host, unit["name"], record_dir, record["shape"])
+        # What this restart cost clients, kept with the boot so the runbook shows it.
+        ledger["restart"] = {"drain": unit_result.get("drain"), "start_to_healthy_s": unit_result.get("start_to_healthy_s")}
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     record_result: dict[str, Any] = {"changed": text != previous_text, "path": record_path}
     if record_result["changed"]:
