@@ -93,6 +93,22 @@ options:
         becomes the last-known-good record and runs with the current secrets.
     type: int
     default: 0
+  payload:
+    description:
+      - The payload this shape runs - O(payload.dir) and its O(payload.manifest). The record keeps them
+        with the manifest's sha256, and a rollback or restore first checks that payload is still on
+        disk as it was (the manifest reads the same, every file at its size), so an old shape never
+        boots on newer weights fetched into the same directory.
+    type: dict
+    suboptions:
+      dir:
+        description: The payload directory.
+        type: path
+        required: true
+      manifest:
+        description: The payload's manifest (what M(frank.llm_fleet.hf_payload_gate) verified).
+        type: path
+        required: true
   retire_units:
     description:
       - Units of an old runtime to retire before this endpoint starts (the port may be theirs) -
@@ -211,6 +227,7 @@ def main() -> None:
             "generation": {"type": "int", "default": 0},
             "keep_generations": {"type": "int", "default": 3},
             "retire_units": {"type": "list", "elements": "str", "default": []},
+            "payload": {"type": "dict", "options": {"dir": {"type": "path", "required": True}, "manifest": {"type": "path", "required": True}}},
         },
         supports_check_mode=True,
     )

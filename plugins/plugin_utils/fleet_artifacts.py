@@ -218,6 +218,15 @@ def runbook(facts: EndpointFacts, result: BudgetResult | None, why: str, alerts:
                 f"- KV cache: **{line['size_bytes'] / MIB:,.2f} MiB**, {line['cells']:,} cells x {line['seqs_max']} sequences, "
                 f"K ({line['type_k']}) {line['k_bytes'] / MIB:,.2f} MiB, V ({line['type_v']}) {line['v_bytes'] / MIB:,.2f} MiB"
             )
+        restart = ledger.get("restart") or {}
+        if restart.get("start_to_healthy_s") is not None:
+            drain = restart.get("drain") or {}
+            drained = (
+                f"drain {drain.get('outcome')} ({drain.get('in_flight_at_start')} in flight, waited {drain.get('waited_s')} s, {drain.get('cut')} cut)"
+                if drain
+                else "no drain (the engine was not serving)"
+            )
+            lines.append(f"- Restart: healthy **{restart['start_to_healthy_s']} s** after the start; {drained}")
         for kind, devices in sorted((ledger.get("buffers") or {}).items()):
             lines.append(f"- {kind} buffers: " + ", ".join(f"{dev} {size / MIB:,.2f} MiB" for dev, size in sorted(devices.items())))
         comparison = compare_boot(boot, facts.boots)

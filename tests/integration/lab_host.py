@@ -131,26 +131,27 @@ def failures(out: str) -> list[str]:
     return found
 
 
-def extra_endpoint_inventory(root: Path, name: str, port: int, **host_vars) -> Path:
+def extra_endpoint_inventory(root: Path, name: str, port: int, template: str = "frank-secondary", **host_vars) -> Path:
     """inventories/lab copied under root (root/.lab links the lab's facts, as ../../.lab does in the
-    tree) with one more endpoint on the lab host: frank-secondary's settings on its own port and
-    cache directory, then host_vars on top (endpoint_shape keys merge into the shape)."""
+    tree) with one more endpoint on the lab host: the template endpoint's settings (frank-secondary,
+    llama-server; or frank-primary, vLLM) on its own port and cache directory, then host_vars on
+    top (endpoint_shape keys merge into the shape)."""
     inventory = root / "inventories" / "lab"
     shutil.copytree(LAB_INVENTORY, inventory)
     (root / ".lab").symlink_to(ROOT / ".lab")
     hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
     hosts["all"]["children"]["llm_endpoints"]["hosts"][name] = {"ansible_host": HOST}
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    write_endpoint_vars(inventory, name, port, **host_vars)
+    write_endpoint_vars(inventory, name, port, template, **host_vars)
     return inventory
 
 
-def write_endpoint_vars(inventory: Path, name: str, port: int, **host_vars) -> None:
-    secondary = yaml.safe_load((LAB_INVENTORY / "host_vars" / "frank-secondary.yml").read_text())
-    shape = {**secondary["endpoint_shape"], "port": port, **host_vars.pop("endpoint_shape", {})}
+def write_endpoint_vars(inventory: Path, name: str, port: int, template: str = "frank-secondary", **host_vars) -> None:
+    base = yaml.safe_load((LAB_INVENTORY / "host_vars" / f"{template}.yml").read_text())
+    shape = {**base["endpoint_shape"], "port": port, **host_vars.pop("endpoint_shape", {})}
     data = {
-        **secondary,
-        "endpoint_container": {**secondary["endpoint_container"], "cache_dir": f"/var/cache/{name}"},
+        **base,
+        "endpoint_container": {**base["endpoint_container"], "cache_dir": f"/var/cache/{name}"},
         "llm_fleet_calibration_dir": str(inventory.parent.parent / "calibration"),
         "llm_fleet_bench_dir": str(inventory.parent.parent / "bench"),
         **host_vars,

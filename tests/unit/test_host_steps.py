@@ -1,6 +1,7 @@
 """The host steps on a fake host (fake_host.py): ensure_unit's enable/stop/start paths, the health
 wait's fail-fast branches, and endpoint_deploy's rollback branches. No systemd, no sleeps."""
 
+import hashlib
 import json
 import sys
 
@@ -211,6 +212,9 @@ def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
     changed = {name: step["changed"] for name, step in steps.items()}
     assert changed == {"retire": False, "firewall": False, "engine": False, "unit": True, "probe": False, "record": True}
     assert steps["probe"]["completion"] == "hello there"
+    # A start was issued: the boot ledger carries what the restart cost (no drain: nothing was serving).
+    assert steps["unit"]["restarted"] and first["boot_ledger"]["restart"]["drain"] is None
+    assert first["boot_ledger"]["restart"]["start_to_healthy_s"] >= 0
     assert [action.split()[0] for action in first["actions"]] == ["write", f"{SYSTEMCTL}", f"{SYSTEMCTL}", "write", "write"]
     assert first["actions"][-1].startswith(f"write {tmp_path}/record/{RECORD_FILE}")
     runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")]})
@@ -245,3 +249,49 @@ def test_generations_keep_the_last_k_records_and_restore_any_of_them(tmp_path, d
 
     with pytest.raises(StepError, match="generation: 5 is not kept; .* holds generations 0 \\(last-known-good\\) to 2"):
         deploy_endpoint({**restore, "generation": 5}, Host(FakeRunner()), diff=False)
+
+
+# --- the payload a known-good shape ran --------------------------------------------------------
+
+
+def _payload(tmp_path, content: bytes):
+    payload = tmp_path / "payload"
+    payload.mkdir(exist_ok=True)
+    (payload / "model.gguf").write_bytes(content)
+    manifest = tmp_path / "manifest.json"
+    entry = {"path": "model.gguf", "size": len(content), "sha256": hashlib.sha256(content).hexdigest()}
+    manifest.write_text(json.dumps({"repo_id": "lab/tiny", "revision": "a" * 40, "files": [entry]}))
+    return {"dir": str(payload), "manifest": str(manifest)}
+
+
+def test_a_rollback_refuses_a_payload_that_moved_on_and_restores_one_that_did_not(tmp_path, dirs):
+    old = _payload(tmp_path, b"old weights")
+    first = {"unit": unit_params(dirs, description="old"), "record_dir": str(tmp_path / "record"), "payload": old}
+    deploy_endpoint(first, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    record = json.loads((tmp_path / "record" / RECORD_FILE).read_text())
+    assert record["payload"]["manifest_sha256"] == hashlib.sha256((tmp_path / "manifest.json").read_bytes()).hexdigest()
+
+    # Same payload: the restore brings the old shape back.
+    restore = {"unit": {"name": UNIT, **dirs}, "record_dir": str(tmp_path / "record"), "restore": True}
+    assert deploy_endpoint(restore, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)["restored"]
+
+    # A new revision fetched into the same directory: the old shape must not boot on it.
+    new = _payload(tmp_path, b"new weights, longer")
+    with pytest.raises(StepError, match=r"payload: the known-good shape ran .* which now reads sha256 .*Put that payload back"):
+        deploy_endpoint(restore, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    # And a failed deploy of a new shape does not bring the old one up on the new weights either.
+    runner = FakeRunner({(SYSTEMCTL, "show"): [DEAD], (SYSTEMCTL, "start"): [(1, "", "start refused")]})
+    with pytest.raises(StepError, match="restoring the last-known-good shape failed too .*payload: the known-good shape ran") as failure:
+        deploy_endpoint({**first, "unit": unit_params(dirs, description="new"), "payload": new}, Host(runner), diff=False)
+    assert failure.value.result["rolled_back"] is False
+    assert len(runner.ran(SYSTEMCTL, "start")) == 1  # the old shape was never started on the new weights
+
+
+def test_a_restore_refuses_a_payload_file_that_is_gone(tmp_path, dirs):
+    payload = _payload(tmp_path, b"weights")
+    first = {"unit": unit_params(dirs), "record_dir": str(tmp_path / "record"), "payload": payload}
+    deploy_endpoint(first, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    (tmp_path / "payload" / "model.gguf").unlink()
+    restore = {"unit": {"name": UNIT, **dirs}, "record_dir": str(tmp_path / "record"), "restore": True}
+    with pytest.raises(StepError, match=r"payload: the known-good shape's payload in .* is not whole: model.gguf \(missing\)"):
+        deploy_endpoint(restore, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)

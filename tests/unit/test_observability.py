@@ -259,3 +259,13 @@ def test_the_priced_runbook_picture_shows_the_ledger_bars():
         colours = dict((c, n) for n, c in image.convert("RGB").getcolors(maxcolors=1 << 16))
     # matplotlib's first two cycle colours: the weights and kv_pool terms of both ranks.
     assert colours.get((31, 119, 180), 0) > 2000 and colours.get((255, 127, 14), 0) > 2000
+
+
+def test_the_runbook_shows_what_the_last_restart_cost_clients():
+    from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import EndpointFacts, runbook
+
+    shape = {"runtime": "llamacpp", "port": 7771, "model_file": "m.gguf", "ctx_size": 8192}
+    restart = {"drain": {"outcome": "drained", "in_flight_at_start": 5, "cut": 0, "waited_s": 2.02}, "start_to_healthy_s": 4.7}
+    boot = {"endpoint": "frank-secondary", "host": "dankclaw", "recorded_at": "2026-11-30T04:00:00Z", "shape": shape, "ledger": {"restart": restart}}
+    page = runbook(EndpointFacts("frank-secondary", "frank-secondary", "dankclaw", shape, boots=[boot]), None, "not priced", [], "lab")
+    assert "- Restart: healthy **4.7 s** after the start; drain drained (5 in flight, waited 2.02 s, 0 cut)" in page

@@ -353,12 +353,15 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
                 manager.port_gate(name, health)
             restarts_before = int(manager.show(name).get("NRestarts", "0") or 0)
             started_at = boottime()
+            restart_began = time.monotonic()
             manager.systemctl("start", name)
-            result["changed"] = True
+            result["changed"] = result["restarted"] = True
         else:
             restarts_before = int(props.get("NRestarts", "0") or 0)  # unchanged and running
         if health:
             result["health"] = wait_healthy(manager, name, health, started_at or 0.0, restarts_before).as_dict()
+        if started_at is not None:
+            result["start_to_healthy_s"] = round(time.monotonic() - restart_began, 2)
         final = manager.show(name)
         result.update(main_pid=int(final.get("MainPID", 0) or 0), n_restarts=int(final.get("NRestarts", 0) or 0), active_state=final.get("ActiveState", ""))
     except GateError as exc:

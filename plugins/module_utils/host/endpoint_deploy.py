@@ -10,6 +10,7 @@ less.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -24,6 +25,8 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, load_manifest
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import size_gate
 
 RECORD_FILE = "last-good.json"
 LEDGER_FILE = "boot-ledger.json"
@@ -163,6 +166,8 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         unit = {**unit, "pre_start": [*firewall_result.pop("pre_start"), *(unit.get("pre_start") or [])]}
     firewall_result.pop("pre_start", None)
     record = {"shape": params.get("shape") or {}, "engine": _without_secrets(engine) or None, "unit": _without_secrets(unit)}
+    if params.get("payload"):
+        record["payload"] = payload_identity(params["payload"])
     retire_result = _retire(params, previous, record, host)
     try:
         engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, api_key=api_key)
@@ -183,6 +188,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         # The new shape (or the new secrets) failed after the host changed: bring the last-known-good one back up.
         restored = previous_secrets if previous_secrets is not None else secrets
         try:
+            check_payload(previous)
             _bring_up(previous.get("engine"), previous["unit"], restored, host, False, restart=True, api_key=_restored_key(previous, restored, api_key))
         except StepError as restore_failure:
             raise StepError(
@@ -195,8 +201,10 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         ) from None
 
     ledger = None
-    if unit_result.get("changed") and not host.check_mode:
+    if unit_result.get("restarted") and not host.check_mode:
         ledger = _record_boot_ledger(host, unit["name"], record_dir, record["shape"])
+        # What this restart cost clients, kept with the boot so the runbook shows it.
+        ledger["restart"] = {"drain": unit_result.get("drain"), "start_to_healthy_s": unit_result.get("start_to_healthy_s")}
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     record_result: dict[str, Any] = {"changed": text != previous_text, "path": record_path}
     if record_result["changed"]:
@@ -271,6 +279,7 @@ def _restore(
             raise StepError(f"generation: {older[generation - 1]} is not a record", {"changed": False, "warnings": warnings})
         restored = secrets
     key = _restored_key(target, restored, api_key)
+    check_payload(target)
     engine_result, unit_result = _bring_up(target.get("engine"), target["unit"], restored, host, diff, restart=True, api_key=key)
     record_result: dict[str, Any] = {"changed": False, "path": record_path}
     if generation:
@@ -293,6 +302,50 @@ def _restore(
         "warnings": warnings,
         "generations": list_generations(record_dir),
     }
+
+
+# A manifest lists a payload's files; one larger than this is not one of ours.
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload a shape runs: its directory, its manifest and the manifest's sha256 (which pins
+    every file's size and digest), kept in the record so a rollback can tell the same payload."""
+    identity: dict[str, Any] = {"dir": str(payload.get("dir") or ""), "manifest": str(payload.get("manifest") or "")}
+    if identity["manifest"]:
+        text = read_text(identity["manifest"], MAX_MANIFEST_BYTES)
+        if text is None:
+            raise StepError(f"payload.manifest: {identity['manifest']} does not exist", {"changed": False})
+        identity["manifest_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return identity
+
+
+def check_payload(record: dict[str, Any]) -> None:
+    """Before a known-good shape comes back: the payload it ran must still be on disk, as it was.
+    Its manifest must read the same, and each file it lists must be there at its size (metadata
+    only; the payload gate verified the bytes when the shape was deployed). A payload that moved
+    on (a new revision fetched into the same directory) would boot the old shape on new weights."""
+    payload = record.get("payload") or {}
+    manifest_path = payload.get("manifest")
+    if not manifest_path or not payload.get("manifest_sha256"):
+        return
+    text = read_text(manifest_path, MAX_MANIFEST_BYTES)
+    now = hashlib.sha256(text.encode("utf-8")).hexdigest() if text is not None else None
+    if now != payload["manifest_sha256"]:
+        raise StepError(
+            f"payload: the known-good shape ran {payload.get('dir')} with manifest {manifest_path} (sha256 {payload['manifest_sha256'][:12]}), "
+            f"which now {'is gone' if now is None else f'reads sha256 {now[:12]}'}: its payload is not on disk as it was. Put that "
+            "payload back (hf_payload_gate state=fetch with its manifest), or deploy a shape for the payload there now",
+            {"changed": False},
+        )
+    try:
+        manifest = load_manifest(manifest_path)
+    except (ManifestError, OSError) as exc:
+        raise StepError(f"payload: {manifest_path}: {exc}", {"changed": False}) from None
+    wrong = [v for v in (size_gate(entry, str(payload.get("dir") or "")) for entry in manifest.files) if v.status != "ok"]
+    if wrong:
+        listed = ", ".join(f"{v.path} ({v.status})" for v in wrong[:5])
+        raise StepError(f"payload: the known-good shape's payload in {payload.get('dir')} is not whole: {listed}", {"changed": False})
 
 
 GENERATIONS_DIR = "generations"
