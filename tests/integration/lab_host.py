@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,3 +110,33 @@ def failures(out: str) -> list[str]:
                 if result.get("failed"):
                     found.append(f"{task['task']['name']}: {result.get('msg')} {str(result.get('stderr', ''))[-500:]}")
     return found
+
+
+def lab_address() -> tuple[str, str]:
+    """The lab host's own address and the controller's (its default gateway) as the host sees them."""
+    own = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/\d+ .*global", on_host("ip", "-4", "addr", "show", "dev", "eth0")).group(1)
+    gateway = on_host("ip", "route", "show", "default").split()[2]
+    return own, gateway
+
+
+OUTSIDE_NETNS = "llmfleet-outside"
+
+
+def dropped_from_outside(own: str, port: int) -> bool:
+    """A connection from a network namespace on the lab host (198.18.0.2, outside every allowed
+    network) to own:port: dropped means a connect timeout (curl exit 28), not a refusal."""
+    on_host("ip", "netns", "add", OUTSIDE_NETNS, check=False)
+    on_host("ip", "link", "add", "llmf-out0", "type", "veth", "peer", "name", "llmf-out1", check=False)
+    on_host("ip", "link", "set", "llmf-out1", "netns", OUTSIDE_NETNS, check=False)
+    on_host("ip", "addr", "add", "198.18.0.1/30", "dev", "llmf-out0", check=False)
+    on_host("ip", "link", "set", "llmf-out0", "up")
+    on_host("ip", "netns", "exec", OUTSIDE_NETNS, "ip", "addr", "add", "198.18.0.2/30", "dev", "llmf-out1", check=False)
+    on_host("ip", "netns", "exec", OUTSIDE_NETNS, "ip", "link", "set", "llmf-out1", "up")
+    on_host("ip", "netns", "exec", OUTSIDE_NETNS, "ip", "route", "add", "default", "via", "198.18.0.1", check=False)
+    proc = subprocess.run(
+        ["podman", "exec", HOST, "ip", "netns", "exec", OUTSIDE_NETNS, "curl", "-s", "-m", "3", "-o", "/dev/null", f"http://{own}:{port}/health"],
+        capture_output=True,
+        env=env(),
+        check=False,
+    )
+    return proc.returncode == 28

@@ -17,7 +17,7 @@ import subprocess
 import openai
 import pytest
 import yaml
-from lab_host import BIN, HOST, ROOT, env, failures, on_host, playbook, require_lab_host, unit_property
+from lab_host import BIN, HOST, OUTSIDE_NETNS, ROOT, dropped_from_outside, env, failures, lab_address, on_host, playbook, require_lab_host, unit_property
 
 pytestmark = pytest.mark.lab
 
@@ -29,14 +29,13 @@ UNIT = f"{NAME}.service"
 TABLE = "llm_fleet_frank_keyed"
 KEY_1 = "sk-lab-keyed-first-7f3a9c1e5b"
 KEY_2 = "sk-lab-keyed-rotated-2d8e6f4a0c"
-NETNS = "llmfleet-outside"
 
 
 def remove_keyed_endpoint() -> None:
     on_host("systemctl", "disable", "--now", UNIT, f"llm-fleet-unit-metrics@{NAME}.timer", check=False)
     on_host("podman", "rm", "-f", "--ignore", NAME, check=False)
     on_host("nft", "delete", "table", "inet", TABLE, check=False)
-    on_host("ip", "netns", "delete", NETNS, check=False)
+    on_host("ip", "netns", "delete", OUTSIDE_NETNS, check=False)
     on_host(
         "rm",
         "-rf",
@@ -64,13 +63,6 @@ def vaulted(key: str, password_file) -> str:
         check=True,
     )
     return proc.stdout
-
-
-def lab_address() -> tuple[str, str]:
-    """The lab host's own address and the controller's (its default gateway) as the host sees them."""
-    own = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/\d+ .*global", on_host("ip", "-4", "addr", "show", "dev", "eth0")).group(1)
-    gateway = on_host("ip", "route", "show", "default").split()[2]
-    return own, gateway
 
 
 @pytest.fixture
@@ -115,26 +107,6 @@ def chat(base_url: str, key: str) -> str:
     return answer.choices[0].message.content or ""
 
 
-def dropped_from_outside(own: str) -> bool:
-    """A connection from a network namespace on the lab host (198.18.0.2, outside the allowed
-    networks) to the endpoint: dropped means a connect timeout (curl exit 28), not a refusal."""
-    on_host("ip", "netns", "add", NETNS, check=False)
-    on_host("ip", "link", "add", "llmf-out0", "type", "veth", "peer", "name", "llmf-out1", check=False)
-    on_host("ip", "link", "set", "llmf-out1", "netns", NETNS, check=False)
-    on_host("ip", "addr", "add", "198.18.0.1/30", "dev", "llmf-out0", check=False)
-    on_host("ip", "link", "set", "llmf-out0", "up")
-    on_host("ip", "netns", "exec", NETNS, "ip", "addr", "add", "198.18.0.2/30", "dev", "llmf-out1", check=False)
-    on_host("ip", "netns", "exec", NETNS, "ip", "link", "set", "llmf-out1", "up")
-    on_host("ip", "netns", "exec", NETNS, "ip", "route", "add", "default", "via", "198.18.0.1", check=False)
-    proc = subprocess.run(
-        ["podman", "exec", HOST, "ip", "netns", "exec", NETNS, "curl", "-s", "-m", "3", "-o", "/dev/null", f"http://{own}:{PORT}/health"],
-        capture_output=True,
-        env=env(),
-        check=False,
-    )
-    return proc.returncode == 28
-
-
 def key_found_on_host(key: str, *paths: str) -> list[str]:
     """Files under paths, and processes' command lines, that hold the key (the key goes in on
     stdin, so this search is not itself a process that holds it)."""
@@ -172,7 +144,7 @@ def test_a_keyed_lan_endpoint_refuses_without_the_key_drops_outsiders_and_rotate
     assert chat(base_url, KEY_1) is not None
 
     # The firewall: the controller is admitted (above); an outside source is dropped, counted by the table.
-    assert dropped_from_outside(own)
+    assert dropped_from_outside(own, PORT)
     table = on_host("nft", "list", "table", "inet", TABLE)
     assert re.search(r"tcp dport 7792 counter packets [1-9]\d* bytes \d+ drop", table), table
     assert on_host("systemctl", "show", "-p", "ExecStartPre", "--value", UNIT).count(f"/etc/llm-fleet/{NAME}.nft") == 1
