@@ -21,6 +21,8 @@ pytestmark = pytest.mark.lab
 require_lab_host()
 
 SETTINGS = "/etc/llm-fleet-lab/searx/settings.yml"
+EXAMPLE = "/usr/share/doc/searx/examples/settings.yml"
+DEFAULTS = "/usr/lib/python3/dist-packages/searx/settings.yml"
 UNIT = "llm-fleet-lab-searx.service"
 STUB_UNIT = "llm-fleet-lab-searx-stub.service"
 VAULT = ROOT / "inventories" / "lab" / ".vault-pass.lab"
@@ -44,9 +46,12 @@ def remove_searx() -> None:
 
 @pytest.fixture
 def searx(request):
-    if on_host("sh", "-c", "python3 -c 'import searx' 2>/dev/null && echo ok", check=False) != "ok":
+    if on_host("sh", "-c", f"test -f {EXAMPLE} && echo ok", check=False) != "ok":
         apt = "DEBIAN_FRONTEND=noninteractive apt-get -qq"
-        on_host("sh", "-c", f"{apt} update && {apt} install -y --no-install-recommends python3-searx >/dev/null")
+        on_host("sh", "-c", f"{apt} update && {apt} install -y --no-install-recommends searx >/dev/null")
+    # Debian's package ships the stock settings as an example only; upstream (and SearXNG's image)
+    # keep them beside the code, where use_default_settings reads them.
+    on_host("sh", "-c", f"test -f {DEFAULTS} || cp {EXAMPLE} {DEFAULTS}")
     on_host("sh", "-c", "id searx >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin searx")
     remove_searx()
     request.addfinalizer(remove_searx)
