@@ -88,7 +88,10 @@ def test_searx_answers_from_the_rendered_settings_and_a_rerun_changes_nothing(tm
     assert LAB_SECRET not in out
 
     answer = search("hello")
-    assert [(r["url"], r["engine"]) for r in answer["results"]] == [("https://stub.invalid/answer", "lab stub")]
+    journal = on_host("journalctl", "-u", UNIT, "-n", "40", "--no-pager", check=False)
+    if not answer["results"]:
+        pytest.fail(json.dumps(answer) + "\n" + journal + "\n" + on_host("cat", SETTINGS).replace(LAB_SECRET, "SECRET"))
+    assert [(r["url"], r["engine"]) for r in answer["results"]] == [("https://stub.invalid/answer", "lab stub")], (answer, journal)
     assert answer["unresponsive_engines"] == []
 
     pid = unit_property(UNIT, "MainPID")
