@@ -13,7 +13,7 @@ description:
   - For services that read their settings literally (SearXNG does not expand environment
     variables in settings.yml - the live C(secret_key) once was the string C(${SEARXNG_SECRET})
     and the app tolerated it silently).
-  - Each C(${NAME}) in O(content) is replaced by O(values.NAME) when NAME is on O(allowed) and has
+  - Each C(${NAME}) in O(content) is replaced by the value of NAME in O(values) when NAME is on O(allowed) and has
     a value. Any other placeholder fails the task, which names the file and every unresolved
     placeholder (not on the allowlist, or without a value); a value for a name off the allowlist
     fails too, and so does a value holding a quote, backslash or control character (it would break
