@@ -75,7 +75,7 @@ def test_a_full_queue_is_503(running_relay):
     relay = running_relay(queue_size=2, send_timeout=3)
     relay.post(b'{"message": "stand-in:hang"}')  # holds the worker for send_timeout
     assert relay.wait_for(lambda: relay.health()["queued"] == 0)
-    assert [relay.post(b'{"message": "x"}')[0] for _ in range(3)] == [202, 202, 503]
+    assert [relay.post(b'{"message": "x"}')[0] for _attempt in range(3)] == [202, 202, 503]
 
 
 def test_signal_cli_failing_is_logged_kept_aside_and_the_next_message_goes(running_relay, caplog, tmp_path):
@@ -105,7 +105,7 @@ def test_signal_cli_hanging_is_killed_after_the_timeout(running_relay, caplog):
 def test_more_connections_than_the_bound_are_closed_and_the_relay_survives(running_relay, caplog):
     caplog.set_level(logging.INFO)
     relay = running_relay(max_connections=4)
-    idle = [socket.create_connection(("127.0.0.1", relay.port), timeout=5) for _ in range(4)]
+    idle = [socket.create_connection(("127.0.0.1", relay.port), timeout=5) for _slot in range(4)]
     assert relay.wait_for(lambda: relay.server._slots._value == 0), "the server took the four idle connections"
     refused = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
     try:

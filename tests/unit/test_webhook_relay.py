@@ -81,7 +81,7 @@ class Clock:
 def test_the_rate_limit_is_per_source_and_reopens_after_the_window():
     clock = Clock()
     limiter = RateLimiter(limit=3, window=60, clock=clock)
-    assert [limiter.retry_after("10.89.0.5") for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert [limiter.retry_after("10.89.0.5") for _post in range(3)] == [0.0, 0.0, 0.0]
     clock.now += 10
     assert limiter.retry_after("10.89.0.5") == pytest.approx(50.0)
     assert limiter.retry_after("10.89.0.6") == 0.0, "another source has its own budget"
@@ -128,7 +128,7 @@ def test_the_spool_is_bounded_and_a_restart_replays_it_in_order(tmp_path):
 def test_a_webhook_reaches_signal_cli_with_the_seed_argv(running_relay):
     relay = running_relay()
     assert relay.post(json.dumps({"title": "backup", "message": "nightly backup failed"}).encode()) == (202, {"status": 202, "reason": "queued"})
-    assert relay.wait_for(lambda: relay.sent())
+    assert relay.wait_for(relay.sent)
     assert relay.sent() == [["-a", ACCOUNT, "-o", "json", "send", "-m", "backup\nnightly backup failed", RECIPIENT]]
     assert relay.wait_for(lambda: relay.health()["delivered"] == 1)
     assert relay.health() == {"status": "ok", "queued": 0, "accepted": 1, "delivered": 1, "failed": 0, "refused": 0}

@@ -123,7 +123,8 @@ def service_firewall(name: str, port: int, networks: list[str], variable: str) -
     except PolicyError as exc:
         message = str(exc).replace("endpoint_allowed_networks", variable).replace("endpoint_shape.port", "port").replace("endpoint_name", "name")
         raise PolicyError(message.replace("endpoint_shape.bind is 0.0.0.0, which serves the LAN, but ", "")) from None
-    assert firewall is not None  # a non-loopback bind always gets one
+    if firewall is None:  # bind_policy gives one to every non-loopback bind
+        raise PolicyError(f"{name}: no firewall for port {port}")
     return dataclasses.replace(firewall, owner="service", variable=variable)
 
 

@@ -411,11 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         LOG.error("%s: %s", args.config, exc)
         return 2
     if args.check:
-        print(f"{args.config}: ok")
+        sys.stdout.write(f"{args.config}: ok\n")
         return 0
     serve(config)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
