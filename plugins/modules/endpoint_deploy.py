@@ -40,7 +40,7 @@ options:
   api_key:
     description:
       - The endpoint's API key (from Ansible Vault). The engine reads it from its environment
-        (C(LLAMA_API_KEY) for llama-server, C(VLLM_API_KEY) for vLLM, by O(shape.runtime)), never
+        (C(LLAMA_API_KEY) for llama-server, C(VLLM_API_KEY) for vLLM, by the shape's C(runtime)), never
         from argv; the health gate and the smoke probe send it as a bearer token. A change of the
         key alone restarts the engine, and a failing one rolls back to the previous key.
       - The key is never logged, recorded or returned; the previous secrets are kept root-only

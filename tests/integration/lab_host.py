@@ -186,3 +186,26 @@ def lab_addresses() -> tuple[str, str]:
     own = on_host("ip", "-4", "-o", "addr", "show", "dev", "eth0").split()[3].split("/")[0]
     gateway = on_host("ip", "route", "show", "default").split()[2]
     return own, gateway
+
+
+OUTSIDE_NETNS = "llmfleet-outside"
+
+
+def dropped_from_outside(own: str, port: int) -> bool:
+    """A connection from a network namespace on the lab host (198.18.0.2, outside every allowed
+    network) to own:port: dropped means a connect timeout (curl exit 28), not a refusal."""
+    on_host("ip", "netns", "add", OUTSIDE_NETNS, check=False)
+    on_host("ip", "link", "add", "llmf-out0", "type", "veth", "peer", "name", "llmf-out1", check=False)
+    on_host("ip", "link", "set", "llmf-out1", "netns", OUTSIDE_NETNS, check=False)
+    on_host("ip", "addr", "add", "198.18.0.1/30", "dev", "llmf-out0", check=False)
+    on_host("ip", "link", "set", "llmf-out0", "up")
+    on_host("ip", "netns", "exec", OUTSIDE_NETNS, "ip", "addr", "add", "198.18.0.2/30", "dev", "llmf-out1", check=False)
+    on_host("ip", "netns", "exec", OUTSIDE_NETNS, "ip", "link", "set", "llmf-out1", "up")
+    on_host("ip", "netns", "exec", OUTSIDE_NETNS, "ip", "route", "add", "default", "via", "198.18.0.1", check=False)
+    proc = subprocess.run(
+        ["podman", "exec", HOST, "ip", "netns", "exec", OUTSIDE_NETNS, "curl", "-s", "-m", "3", "-o", "/dev/null", f"http://{own}:{port}/health"],
+        capture_output=True,
+        env=env(),
+        check=False,
+    )
+    return proc.returncode == 28

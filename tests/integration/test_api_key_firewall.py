@@ -18,7 +18,9 @@ import pytest
 from lab_host import (
     BIN,
     HOST,
+    OUTSIDE_NETNS,
     ROOT,
+    dropped_from_outside,
     env,
     extra_endpoint_inventory,
     failures,
@@ -41,12 +43,11 @@ UNIT = f"{NAME}.service"
 TABLE = "llm_fleet_frank_keyed"
 KEY_1 = "sk-lab-keyed-first-7f3a9c1e5b"
 KEY_2 = "sk-lab-keyed-rotated-2d8e6f4a0c"
-NETNS = "llmfleet-outside"
 
 
 def remove_keyed_endpoint() -> None:
     remove_endpoint(NAME)
-    on_host("ip", "netns", "delete", NETNS, check=False)
+    on_host("ip", "netns", "delete", OUTSIDE_NETNS, check=False)
 
 
 def vaulted(key: str, password_file) -> str:
@@ -93,26 +94,6 @@ def chat(base_url: str, key: str) -> str:
     return answer.choices[0].message.content or ""
 
 
-def dropped_from_outside(own: str) -> bool:
-    """A connection from a network namespace on the lab host (198.18.0.2, outside the allowed
-    networks) to the endpoint: dropped means a connect timeout (curl exit 28), not a refusal."""
-    on_host("ip", "netns", "add", NETNS, check=False)
-    on_host("ip", "link", "add", "llmf-out0", "type", "veth", "peer", "name", "llmf-out1", check=False)
-    on_host("ip", "link", "set", "llmf-out1", "netns", NETNS, check=False)
-    on_host("ip", "addr", "add", "198.18.0.1/30", "dev", "llmf-out0", check=False)
-    on_host("ip", "link", "set", "llmf-out0", "up")
-    on_host("ip", "netns", "exec", NETNS, "ip", "addr", "add", "198.18.0.2/30", "dev", "llmf-out1", check=False)
-    on_host("ip", "netns", "exec", NETNS, "ip", "link", "set", "llmf-out1", "up")
-    on_host("ip", "netns", "exec", NETNS, "ip", "route", "add", "default", "via", "198.18.0.1", check=False)
-    proc = subprocess.run(
-        ["podman", "exec", HOST, "ip", "netns", "exec", NETNS, "curl", "-s", "-m", "3", "-o", "/dev/null", f"http://{own}:{PORT}/health"],
-        capture_output=True,
-        env=env(),
-        check=False,
-    )
-    return proc.returncode == 28
-
-
 def key_found_on_host(key: str, *paths: str) -> list[str]:
     """Files under paths, and processes' command lines, that hold the key (the key goes in on
     stdin, so this search is not itself a process that holds it)."""
@@ -150,7 +131,7 @@ def test_a_keyed_lan_endpoint_refuses_without_the_key_drops_outsiders_and_rotate
     assert chat(base_url, KEY_1) is not None
 
     # The firewall: the controller is admitted (above); an outside source is dropped, counted by the table.
-    assert dropped_from_outside(own)
+    assert dropped_from_outside(own, PORT)
     table = on_host("nft", "list", "table", "inet", TABLE)
     assert re.search(r"tcp dport 7792 counter packets [1-9]\d* bytes \d+ drop", table), table
     assert on_host("systemctl", "show", "-p", "ExecStartPre", "--value", UNIT).count(f"/etc/llm-fleet/{NAME}.nft") == 1

@@ -178,3 +178,23 @@ def test_endpoint_probe_is_the_deploys_probe(tmp_path):
             server.shutdown()
     assert not green.get("failed") and not green["changed"] and green["completion"] == "hello there", proc.stdout[-2000:]
     assert empty["failed"] and "0 completion tokens" in empty["msg"]
+
+
+def test_settings_render_fills_secrets_that_never_reach_the_output(tmp_path):
+    # Seed 001: the renderer "fails the deploy loudly on an unresolvable placeholder, idempotent on
+    # redeploys"; the key "must never enter git" (nor, here, a result or a log).
+    secret = "kagi-through-ansible-5d1e9b"
+    task = {
+        "frank.llm_fleet.settings_render": {
+            "content": 'engines:\n  - api_key: "${KAGI_API_KEY}"\n',
+            "dest": str(tmp_path / "settings.yml"),
+            "values": {"KAGI_API_KEY": secret},
+        }
+    }
+    unknown = {"frank.llm_fleet.settings_render": {**task["frank.llm_fleet.settings_render"], "content": 'x: "${KAGI_KEY}"'}}
+    proc, results = play(tmp_path, [task, task, unknown])
+    assert [r.get("changed") for r in results[:2]] == [True, False] and results[1]["content_changed"] is False
+    assert (tmp_path / "settings.yml").read_text() == f'engines:\n  - api_key: "{secret}"\n'
+    assert results[2]["failed"]
+    assert results[2]["msg"].endswith(": unresolved placeholders: ${KAGI_KEY} (not on the allowlist KAGI_API_KEY, SEARXNG_SECRET, SEARXNG_BASE_URL)")
+    assert secret not in proc.stdout + proc.stderr
