@@ -127,7 +127,8 @@ def main() -> int:
                 # In a child process: hf_transfer.download holds the GIL, which would stall the emulator's
                 # threads in this one.
                 hf_path = os.pathsep.join(p for p in (args.hf_transfer_path, os.environ.get("PYTHONPATH")) if p)
-                probe = subprocess.run([sys.executable, "-c", "import hf_transfer"], env={**os.environ, "PYTHONPATH": hf_path}, capture_output=True)
+                probe_env = {**os.environ, "PYTHONPATH": hf_path}
+                probe = subprocess.run([sys.executable, "-c", "import hf_transfer"], env=probe_env, capture_output=True, check=False)
                 if probe.returncode == 0:
                     fresh()
                     code = f"import hf_transfer; hf_transfer.download({cdn_url!r}, {str(out / 'hft.bin')!r}, max_files={c}, chunk_size={10 * MIB})"

@@ -212,7 +212,7 @@ options:
   extra_service:
     description:
       - Further C([Service]) directives, as a mapping; keys are directive names.
-      - A directive named here replaces the O(sandbox) lines for that directive (all of them, so
+      - A directive named here replaces the C(sandbox) lines for that directive (all of them, so
         C(DeviceAllow) here replaces the GPU device list).
     type: dict
     default: {}
@@ -227,7 +227,7 @@ options:
     type: bool
     default: false
   read_write_paths:
-    description: Paths the engine may write under O(sandbox) (C(ReadWritePaths=), a missing path is skipped), for example its cache directory.
+    description: Paths the engine may write under C(sandbox) (C(ReadWritePaths=), a missing path is skipped), for example its cache directory.
     type: list
     elements: str
     default: []
@@ -549,7 +549,7 @@ options:
       extra_service:
         description:
           - Further C([Service]) directives, as a mapping; keys are directive names.
-          - A directive named here replaces the O(sandbox) lines for that directive (all of them, so
+          - A directive named here replaces the C(sandbox) lines for that directive (all of them, so
             C(DeviceAllow) here replaces the GPU device list).
         type: dict
         default: {}
@@ -564,7 +564,7 @@ options:
         type: bool
         default: false
       read_write_paths:
-        description: Paths the engine may write under O(sandbox) (C(ReadWritePaths=), a missing path is skipped), for example its cache directory.
+        description: Paths the engine may write under C(sandbox) (C(ReadWritePaths=), a missing path is skipped), for example its cache directory.
         type: list
         elements: str
         default: []

@@ -189,8 +189,8 @@ def test_every_value_either_reads_back_in_both_parsers_or_is_refused_by_key():
     rng = random.Random(20261130)
     lengths = range(0, 10)
     accepted = refused = 0
-    for _ in range(3000):
-        environment = {f"K{i}": "".join(rng.choice(ALPHABET) for _ in range(rng.choice(lengths))) for i in range(rng.randint(1, 3))}
+    for _attempt in range(3000):
+        environment = {f"K{i}": "".join(rng.choice(ALPHABET) for _char in range(rng.choice(lengths))) for i in range(rng.randint(1, 3))}
         try:
             text = render_podman_env_file(environment)
         except EngineError as exc:

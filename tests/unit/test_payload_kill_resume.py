@@ -64,7 +64,7 @@ def test_kill_9_at_random_moments_resumes_to_the_exact_bytes(tmp_path):
                 killed += 1
             child.wait()
         assert killed >= 2, f"seed {seed}: the fetch ended before most kills; slow the emulator down"
-        final = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        final = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
         assert final.returncode == 0, f"seed {seed}: {final.stdout} {final.stderr}"
         assert (dest / "w.gguf").read_bytes() == data, f"seed {seed}"
         served = emulator.bytes_served["w.gguf"]
