@@ -11,7 +11,9 @@ prepared by one unmeasured deploy, so every cold figure starts from the same sta
 stay up afterwards unless --down; host1 keeps frank-primary and frank-secondary untouched.
 Needs the lab (`make lab-up`); take the lab lock:
 
-  flock /tmp/lab.lock .venv/bin/python benchmarks/bench_fleet_scale.py [--sizes 1,2,4,6] [--down]
+  flock /tmp/lab.lock .venv/bin/python benchmarks/bench_fleet_scale.py [--sizes 1,2,4,6] [--serial] [--down]
+
+--serial also times each N with the default rollout (fleet_batch_size=1), cold and no-op.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from lab_fleet import deploy, fleet_inventory, remove_nodes, start_hosts, stop_h
 from lab_host import failures  # noqa: E402
 
 
-def timed_deploy(work: Path, inventory: Path, count: int, *, noop: bool) -> float:
-    seconds, rc, stats, out = deploy(work, inventory, count)
+def timed_deploy(work: Path, inventory: Path, count: int, *, noop: bool, batch: int | None = None) -> float:
+    seconds, rc, stats, out = deploy(work, inventory, count, batch)
     if rc != 0:
         raise SystemExit(f"fleet deploy of {count} failed: {failures(out) or out[-3000:]}")
     if noop and stats["changed"]:
@@ -42,6 +44,7 @@ def timed_deploy(work: Path, inventory: Path, count: int, *, noop: bool) -> floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1,2,4,6", help="fleet sizes N, comma-separated (default 1,2,4,6)")
+    parser.add_argument("--serial", action="store_true", help="also time each N one endpoint at a time (fleet_batch_size=1, the default rollout)")
     parser.add_argument("--down", action="store_true", help="remove the extra hosts this run started at the end")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
@@ -61,17 +64,23 @@ def main() -> int:
                 remove_nodes(count)
                 cold = timed_deploy(work, inventory, count, noop=False)
                 noop = timed_deploy(work, inventory, count, noop=True)
-                rows.append((count, cold, noop))
-                print(f"N={count}: cold {cold:.1f} s, no-op {noop:.1f} s", flush=True)
+                serial = ()
+                if args.serial:
+                    remove_nodes(count)
+                    serial = (timed_deploy(work, inventory, count, noop=False, batch=1), timed_deploy(work, inventory, count, noop=True, batch=1))
+                rows.append((count, cold, noop, serial))
+                print(f"N={count}: cold {cold:.1f} s, no-op {noop:.1f} s; one at a time: {serial}", flush=True)
         finally:
             remove_nodes(largest)
             if args.down:
                 stop_hosts(started)
     print(f"\nfleet deploy, fleet_batch_size=N, --forks N ({subprocess.check_output(['nproc'], text=True).strip()} CPUs)")
-    print("| N | cold (s) | cold per endpoint (s) | no-op (s) | no-op per endpoint (s) |")
-    print("|---|---|---|---|---|")
-    for count, cold, noop in rows:
-        print(f"| {count} | {cold:.1f} | {cold / count:.1f} | {noop:.1f} | {noop / count:.1f} |")
+    serial_head = " one at a time: cold (s) | no-op (s) |" if args.serial else ""
+    print(f"| N | cold (s) | cold per endpoint (s) | no-op (s) | no-op per endpoint (s) |{serial_head}")
+    print("|---|---|---|---|---|" + ("---|---|" if args.serial else ""))
+    for count, cold, noop, serial in rows:
+        serial_cells = "".join(f" {seconds:.1f} |" for seconds in serial)
+        print(f"| {count} | {cold:.1f} | {cold / count:.1f} | {noop:.1f} | {noop / count:.1f} |{serial_cells}")
     return 0
 
 

@@ -36,11 +36,11 @@ def start_hosts(count: int) -> list[str]:
     return [host_name(i) for i in range(2, count + 1) if host_name(i) not in before]
 
 
-def deploy(tmp_path: Path, inventory: Path, count: int) -> tuple[float, int, dict, str]:
-    """deploy_fleet.yml over `count` endpoints, `count` at a time with `count` forks: (wall seconds,
-    exit status, summed stats, JSON output)."""
+def deploy(tmp_path: Path, inventory: Path, count: int, batch: int | None = None) -> tuple[float, int, dict, str]:
+    """deploy_fleet.yml over `count` endpoints with `count` forks, `batch` at a time (default: all
+    at once): (wall seconds, exit status, summed stats, JSON output)."""
     started = time.perf_counter()
-    rc, stats, out = playbook(tmp_path, "deploy_fleet.yml", "--forks", str(count), extra_vars={"fleet_batch_size": count}, inventory=inventory)
+    rc, stats, out = playbook(tmp_path, "deploy_fleet.yml", "--forks", str(count), extra_vars={"fleet_batch_size": batch or count}, inventory=inventory)
     return time.perf_counter() - started, rc, stats, out
 
 
