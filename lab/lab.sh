@@ -9,6 +9,10 @@
 #   lab/lab.sh purge    down, then also remove the lab's images and generated models
 #   lab/lab.sh status   what the lab has running and built
 #   lab/lab.sh build SPEC   build one image of lab/images (the execution environment's base, ee-base)
+#   lab/lab.sh up-extra N   (or LAB_HOSTS=N lab/lab.sh up-extra) start llm-fleet-lab-host2..N beside
+#                           host1 for fleet-scale runs: llama.cpp engine only, host1 untouched
+#   lab/lab.sh down-extra [NAME...]   remove only those extra hosts (all, or the named ones;
+#                           host1 and the images stay)
 #
 # Everything the lab creates carries the label io.frank.llm-fleet.lab, and only such objects are
 # ever removed.
@@ -140,13 +144,58 @@ cmd_status() {
     podman images --filter "label=$LABEL=image" --format 'table {{.Repository}}:{{.Tag}}\t{{.Size}}'
 }
 
+# Extra hosts for fleet-scale runs (benchmarks/bench_fleet_scale.py, test_fleet_scale.py): the same
+# host image and models mount as host1, and only the llama.cpp engine (the fleet runs llama-server;
+# vLLM's 4 GB image would cost minutes per host). Host1 is never started, restarted or changed here.
+extra_host_name() { printf 'llm-fleet-lab-host%d' "$1"; }
+
+cmd_up_extra() {
+    local count=${1:-${LAB_HOSTS:-}} index name ref digest
+    if ! [[ $count =~ ^[0-9]+$ ]] || ((count < 1)); then
+        die "up-extra needs the lab size N (>= 1): lab/lab.sh up-extra N or LAB_HOSTS=N"
+    fi
+    ref=$(cat "$STATE_DIR/facts/engine-llamacpp.image" 2>/dev/null) \
+        || die "$STATE_DIR/facts/engine-llamacpp.image is missing: run 'lab/lab.sh up' first"
+    digest=$(cat "$STATE_DIR/facts/engine-llamacpp.digest")
+    podman image exists "$ref" || die "image $ref is missing: run 'lab/lab.sh up' first"
+    podman image exists "$(image_ref host)" || die "the host image is missing: run 'lab/lab.sh up' first"
+    for ((index = 2; index <= count; index++)); do
+        name=$(extra_host_name "$index")
+        start_host "$name"
+        if ! podman exec "$name" podman image exists "$ref" 2>/dev/null; then
+            log "loading $ref into $name"
+            local started=$SECONDS
+            podman save "$ref" 2>/dev/null | podman exec -i "$name" podman load -q >/dev/null
+            log "loaded $ref into $name in $((SECONDS - started)) s"
+        fi
+        # The fleet inventory pins host1's digest for every host: save/load must re-pack alike.
+        [[ $(podman exec "$name" podman image inspect "$ref" --format '{{.Digest}}') == "$digest" ]] \
+            || die "$name reports another digest for $ref than $STATE_DIR/facts/engine-llamacpp.digest"
+    done
+}
+
+cmd_down_extra() {
+    local names=() name
+    mapfile -t names < <(podman ps -a --filter "label=$LABEL=host" --format '{{.Names}}' \
+        | grep -E '^llm-fleet-lab-host[0-9]+$' | grep -vxF "$(lab_hosts)" || true)
+    for name in "${names[@]}"; do
+        # Named hosts only, when given (a test removes the hosts it started, not a benchmark's).
+        if (($# > 0)) && ! printf '%s\n' "$@" | grep -qxF "$name"; then continue; fi
+        log "removing extra host $name"
+        podman rm -f -t 5 "$name" >/dev/null
+        podman volume rm -f "$name-storage" >/dev/null 2>&1 || true
+    done
+}
+
 case ${1:-} in
     images) cmd_images ;;
     up) cmd_up ;;
     down) cmd_down ;;
     purge) cmd_purge ;;
     status) cmd_status ;;
+    up-extra) cmd_up_extra "${2:-}" ;;
+    down-extra) shift; cmd_down_extra "$@" ;;
     image-ref) image_ref "${2:?spec}"; echo ;;
     build) build_image "${2:?spec}" ;;
-    *) die "usage: lab/lab.sh images|up|down|purge|status|image-ref SPEC|build SPEC" ;;
+    *) die "usage: lab/lab.sh images|up|down|purge|status|up-extra N|down-extra [NAME...]|image-ref SPEC|build SPEC" ;;
 esac

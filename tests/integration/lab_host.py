@@ -93,16 +93,16 @@ def inventory_with_shape(tmp_path: Path, endpoint: str, shape: dict) -> Path:
     return inventory
 
 
-def on_host(*argv: str, check: bool = True) -> str:
-    return subprocess.run(["podman", "exec", HOST, *argv], capture_output=True, text=True, env=env(), check=check).stdout.strip()
+def on_host(*argv: str, check: bool = True, host: str = HOST) -> str:
+    return subprocess.run(["podman", "exec", host, *argv], capture_output=True, text=True, env=env(), check=check).stdout.strip()
 
 
 def unit_property(unit: str, name: str) -> str:
     return on_host("systemctl", "show", "-p", name, "--value", unit)
 
 
-def served(port: int) -> str:
-    return json.loads(on_host("curl", "-s", f"http://127.0.0.1:{port}/v1/models"))["data"][0]["id"]
+def served(port: int, host: str = HOST) -> str:
+    return json.loads(on_host("curl", "-s", f"http://127.0.0.1:{port}/v1/models", host=host))["data"][0]["id"]
 
 
 def wait_healthy(port: int, timeout: float) -> bool:
@@ -160,12 +160,12 @@ def write_endpoint_vars(inventory: Path, name: str, port: int, template: str = "
     (inventory / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump(data))
 
 
-def remove_endpoint(name: str) -> None:
-    """Everything a deploy of endpoint `name` created on the lab host."""
+def remove_endpoint(name: str, host: str = HOST) -> None:
+    """Everything a deploy of endpoint `name` created on the lab host (or another lab host)."""
     unit = f"{name}.service"
-    on_host("systemctl", "disable", "--now", unit, check=False)
-    on_host("podman", "rm", "-f", "--ignore", name, check=False)
-    on_host("nft", "delete", "table", "inet", "llm_fleet_" + name.replace("-", "_"), check=False)
+    on_host("systemctl", "disable", "--now", unit, check=False, host=host)
+    on_host("podman", "rm", "-f", "--ignore", name, check=False, host=host)
+    on_host("nft", "delete", "table", "inet", "llm_fleet_" + name.replace("-", "_"), check=False, host=host)
     on_host(
         "rm",
         "-rf",
@@ -176,9 +176,10 @@ def remove_endpoint(name: str) -> None:
         f"/etc/llm-fleet/{name}.last-good-secrets.json",
         f"/var/lib/llm-fleet/{name}",
         f"/var/cache/{name}",
+        host=host,
     )
-    on_host("systemctl", "daemon-reload")
-    on_host("systemctl", "reset-failed", unit, check=False)
+    on_host("systemctl", "daemon-reload", host=host)
+    on_host("systemctl", "reset-failed", unit, check=False, host=host)
 
 
 def lab_addresses() -> tuple[str, str]:
