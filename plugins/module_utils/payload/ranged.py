@@ -24,6 +24,7 @@ manifest size is asked for or written, and the token reaches the Hub's origin on
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -141,6 +142,16 @@ def remove_state(partial: str) -> None:
     path = state_path(partial)
     if os.path.lexists(path):
         os.unlink(path)
+    _remove_stale_temps(path)
+
+
+def _remove_stale_temps(path: str) -> None:
+    """The state file's temporaries (PATH.tmp-PID) that a killed run left behind."""
+    directory, name = os.path.split(path)
+    for entry in os.listdir(directory or "."):
+        if entry.startswith(f"{name}.tmp-"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, entry))
 
 
 class RangedFetch:
@@ -164,6 +175,7 @@ class RangedFetch:
         self.transferred = 0
         self._cond = threading.Condition()
         self._persist_lock = threading.Lock()
+        self._swept = False  # stale state temporaries removed once per fetch
         self._last_persist = 0.0
         self._last_sync = time.monotonic()
         self._synced: list[int] = []
@@ -232,6 +244,9 @@ class RangedFetch:
             }
             final = state_path(self.partial)
             temp = f"{final}.tmp-{os.getpid()}"
+            if not self._swept:
+                _remove_stale_temps(final)  # left by a run killed mid-write (another pid); the lock is ours
+                self._swept = True
             try:
                 fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             except FileExistsError:
