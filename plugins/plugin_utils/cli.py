@@ -42,6 +42,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import list_generations
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, render_bench_table, run_bench
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import ProbeError, run_capacity_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
@@ -322,6 +323,22 @@ def cmd_calibration(args: argparse.Namespace) -> int:
     return 1 if any(row.get("agree") is False for row in rows) else 0
 
 
+def cmd_records(args: argparse.Namespace) -> int:
+    """The known-good records an endpoint's host keeps (STATE_DIR/ENDPOINT), newest first: the
+    generations `playbooks/rollback.yml -e generation=N` brings back."""
+    listed = list_generations(args.record_dir)
+    if args.json:
+        print(json.dumps(listed, indent=2))
+        return 0 if listed else 1
+    if not listed:
+        print(f"{args.record_dir}: no known-good record")
+        return 1
+    print(f"{'generation':>10}  {'written':<20}  {'runtime':<8}  {'served_id':<24}  port")
+    for row in listed:
+        print(f"{row['generation']:>10}  {row['written']:<20}  {row['runtime'] or '-':<8}  {row['served_id'] or '-':<24}  {row['port'] or '-'}")
+    return 0
+
+
 GENERATED_DIRS = ("prometheus", "grafana", "client", "runbooks")
 
 
@@ -467,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     calib.add_argument("--endpoint", help="only this endpoint's boots")
     calib.add_argument("--json", action="store_true")
     calib.set_defaults(func=cmd_calibration)
+    records = sub.add_parser("records", help="the known-good records kept on an endpoint's host (rollback generations)")
+    records.add_argument("record_dir", help="the endpoint's record directory on its host (STATE_DIR/ENDPOINT, e.g. /var/lib/llm-fleet/frank-primary)")
+    records.add_argument("--json", action="store_true")
+    records.set_defaults(func=cmd_records)
     gen = sub.add_parser("generate", help="Prometheus rules, Grafana dashboards, models.yml fragments and runbooks from an inventory")
     gen.add_argument("-i", "--inventory", required=True, help="the inventory that deploys (e.g. inventories/production)")
     gen.add_argument("-o", "--output", required=True, help="directory to write (prometheus/, grafana/, client/, runbooks/, README.md)")

@@ -72,3 +72,17 @@ def test_budget_names_the_inventorys_endpoints_and_the_removed_flags():
     assert proc.returncode != 0 and "frank-primary, frank-secondary, frank-large" in proc.stderr
     proc = run("budget", "--host", "dankserver", "--var", "frank_primary_shape", "-i", "inventories/production")
     assert proc.returncode != 0 and "--endpoint NAME" in proc.stderr and "docs/migration.md" in proc.stderr
+
+
+def test_records_lists_the_known_good_generations_newest_first(tmp_path):
+    record_dir = tmp_path / "frank-secondary"
+    (record_dir / "generations").mkdir(parents=True)
+    shape = {"runtime": "llamacpp", "served_id": "frank-secondary", "port": 7771}
+    (record_dir / "last-good.json").write_text(json.dumps({"shape": {**shape, "port": 7772}, "unit": {}}))
+    (record_dir / "generations" / "gen-00000000000000000002.json").write_text(json.dumps({"shape": shape, "unit": {}}))
+    (record_dir / "generations" / "gen-00000000000000000001.json").write_text(json.dumps({"shape": {**shape, "runtime": "vllm"}, "unit": {}}))
+    proc = run("records", str(record_dir))
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert [(r[0], r[2], r[4]) for r in rows] == [("0", "llamacpp", "7772"), ("1", "llamacpp", "7771"), ("2", "vllm", "7771")]
+    assert run("records", str(tmp_path / "none")).returncode == 1
