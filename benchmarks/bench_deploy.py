@@ -28,6 +28,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
+from lab_host import inventory_with_shape
+
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "llm-fleet-lab-host1"
 UNIT = "frank-secondary.service"
@@ -39,10 +42,12 @@ ENV.setdefault("CONTAINERS_CONF", str(ROOT / "lab" / "containers.conf"))
 CHANGED = re.compile(r"^\S+\s+:\s+ok=\d+\s+changed=(\d+)", re.MULTILINE)
 
 
-def playbook(*args: str, check: bool = True, env: dict | None = None, noop: bool = False) -> float:
+def playbook(*args: str, check: bool = True, env: dict | None = None, noop: bool = False, expect: str = "") -> float:
     start = time.perf_counter()
     proc = subprocess.run([str(BIN / "ansible-playbook"), *args], cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - start
+    if expect and expect not in " ".join(proc.stdout.split()):
+        raise SystemExit(f"{' '.join(args)} did not say {expect!r}:\n{proc.stdout[-3000:]}")
     if check and proc.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
     if noop and any(int(changed) for changed in CHANGED.findall(proc.stdout)):
@@ -81,10 +86,11 @@ def main() -> int:
     print(f"cold deploy (unit absent): {cold:.1f} s")
 
     shape = yaml.safe_load((ROOT / "inventories" / "lab" / "host_vars" / "frank-secondary.yml").read_text())["endpoint_shape"]
-    with tempfile.NamedTemporaryFile("w", suffix=".yml") as bad:
-        yaml.safe_dump({"endpoint_shape": {**shape, "extra_args": ["--no-such-flag"]}}, bad)
-        bad.flush()
-        rollback = playbook(OURS, "--limit", "frank-secondary", "-e", f"@{bad.name}", check=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        # The crashing shape goes to frank-secondary's host_vars in a copy of the lab inventory (an
+        # extra var would reach every endpoint and trip the port-clash preflight instead).
+        bad = inventory_with_shape(Path(tmp), "frank-secondary", {**shape, "extra_args": ["--no-such-flag"]})
+        rollback = playbook(OURS, "-i", str(bad), "--limit", "frank-secondary", check=False, expect="The last-known-good shape is serving again")
     print(f"failed deploy with automatic rollback (crash loop detected, last-known-good restored): {rollback:.1f} s")
     playbook(OURS)
     return 0
