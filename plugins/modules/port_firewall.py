@@ -76,7 +76,7 @@ table:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, ensure_firewall, service_firewall
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, ensure_firewall, service_firewall, table_name
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 
 
@@ -105,7 +105,7 @@ def main() -> None:
                 raise StepError(str(exc), {"changed": False}) from None
         result = ensure_firewall(params["name"], firewall, host, module._diff, params["directory"])
         result.pop("pre_start", None)
-        return {**result, "table": "llm_fleet_" + params["name"].replace("-", "_")}
+        return {**result, "table": table_name(params["name"])}
 
     report(module, step)
 

@@ -54,7 +54,7 @@ class Firewall:
 
     @property
     def table(self) -> str:
-        return "llm_fleet_" + self.endpoint.replace("-", "_")
+        return table_name(self.endpoint)
 
     def as_dict(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "port": self.port, "networks": list(self.networks)}
@@ -128,6 +128,11 @@ def service_firewall(name: str, port: int, networks: list[str], variable: str) -
     return dataclasses.replace(firewall, owner="service", variable=variable)
 
 
+def table_name(owner: str) -> str:
+    """The nftables table of one endpoint or service: inet llm_fleet_<owner>, '-' as '_'."""
+    return "llm_fleet_" + owner.replace("-", "_")
+
+
 def firewall_path(endpoint: str, directory: str = FIREWALL_DIR) -> str:
     return os.path.join(directory, f"{endpoint}.nft")
 
@@ -167,7 +172,7 @@ def ensure_firewall(endpoint: str, firewall: Firewall | None, host: Host, diff: 
     """Write and apply the endpoint's table (or remove it); returns the step's result with
     `pre_start`, the argv the unit runs before every start (empty without a firewall)."""
     path = firewall_path(endpoint, directory)
-    table = "llm_fleet_" + endpoint.replace("-", "_")
+    table = table_name(endpoint)
     before = read_text(path, 1 << 16)
     result: dict[str, Any] = {"changed": False, "path": path, "pre_start": []}
     nft = nft_binary()
