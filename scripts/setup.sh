@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT_DIR"
 
-APT_PACKAGES=(podman runc crun debootstrap iproute2 procps uidmap curl openssl ca-certificates shellcheck aria2)
+APT_PACKAGES=(podman runc crun debootstrap iproute2 procps uidmap curl openssl ca-certificates shellcheck aria2 chromium)
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 missing=()

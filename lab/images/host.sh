@@ -2,7 +2,7 @@
 # Lab container host: Debian 12 with systemd as PID 1, python3 for Ansible, podman + crun for
 # nested engine containers, iproute2/procps for socket and process checks, curl for probes.
 SUITE=bookworm
-PACKAGES=python3,systemd,systemd-sysv,dbus,iproute2,procps,curl,ca-certificates,nftables,iptables
+PACKAGES=python3,systemd,systemd-sysv,dbus,iproute2,procps,curl,ca-certificates,nftables,iptables,caddy
 APT_PACKAGES=(podman crun conmon netavark aardvark-dns fuse-overlayfs)
 IMAGE_CHANGES=("CMD [\"/sbin/init\"]" "ENV container=podman")
 
