@@ -52,7 +52,13 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest i
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import BarProgress
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import GENERATED, EndpointFacts, client_key_env, exported_series, generate
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import (
+    EndpointFacts,
+    exported_series,
+    facts_from_hostvars,
+    generate,
+    serialise,
+)
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.ledger_svg import render_svg
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.plots import render_bench_png, render_ledger_png
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.tree_writer import write_tree
@@ -355,33 +361,8 @@ def inventory_endpoints(inventory: str, calibration_dir: str | None) -> tuple[li
     boots = load_boots(calibration_dir)
     endpoints = []
     for name, hv in sorted(endpoint_hostvars(data).items()):
-        endpoints.append(
-            EndpointFacts(
-                name=name,
-                host=name,
-                address=str(hv.get("ansible_host", name)),
-                shape=hv["endpoint_shape"],
-                devices=hv.get("endpoint_devices") or [],
-                boots=[b for b in boots if b.get("endpoint") == name],
-                # Only whether a key is declared (a vaulted value stays encrypted here) and its variable.
-                api_key_env=client_key_env(name, str(hv.get("endpoint_api_key_env") or "")) if hv.get("endpoint_api_key") else "",
-            )
-        )
+        endpoints.append(facts_from_hostvars(name, hv, [b for b in boots if b.get("endpoint") == name]))
     return endpoints, calibration_dir
-
-
-def _serialise(relative: str, value) -> bytes:
-    if isinstance(value, str):
-        return value.encode()
-    header = f"---\n# {GENERATED}\n"
-    return (header + yaml.dump(value, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=1000)).encode()
-
-
-class _IndentedDumper(yaml.SafeDumper):
-    """Lists indented under their key, as yamllint (and most people) expect."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        super().increase_indent(flow, False)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -401,7 +382,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for problem in artifacts.problems:
             print(f"SERIES CHECK FAILED: {problem}", file=sys.stderr)
         return 1
-    files = {path: _serialise(path, value) for path, value in artifacts.files.items()}
+    files = {path: serialise(value) for path, value in artifacts.files.items()}
     with tempfile.TemporaryDirectory() as scratch:
         for relative, (result, title) in artifacts.ledgers.items():
             picture = os.path.join(scratch, "ledger.png")
