@@ -60,7 +60,7 @@ from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts im
     serialise,
 )
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.ledger_svg import render_svg
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.plots import render_bench_png, render_ledger_png
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.plots import render_ledger_png, render_stored_bench, write_bench_outputs
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.tree_writer import write_tree
 
 # The collection root: the checkout, or the installed ansible_collections/frank/llm_fleet, whose
@@ -251,24 +251,9 @@ def _served_model(endpoint: Endpoint) -> str:
     return str(models[0]["id"])
 
 
-def write_bench_outputs(report: dict, stem: Path, with_json: bool = True) -> list[Path]:
-    """RESULT.json (unless rendering a stored one), RESULT.txt (the table) and RESULT.png (the plot)."""
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".txt"), stem.with_suffix(".png")]
-    paths[0].write_text(render_bench_table(report) + "\n")
-    render_bench_png(report, str(paths[1]))
-    if with_json:
-        paths.insert(0, stem.with_suffix(".json"))
-        paths[0].write_text(json.dumps(report, indent=2) + "\n")
-    return paths
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.action == "render":
-        source = Path(args.result)
-        report = json.loads(source.read_text())
-        report = report.get("bench", report)  # the playbook stores {bench, probe}
-        paths = write_bench_outputs(report, source.with_suffix(""), with_json=False)
+        report, paths = render_stored_bench(args.result)
     else:
         if not args.arm:
             raise SystemExit("llm-fleet: bench needs at least one --arm NAME=URL")
@@ -285,7 +270,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SystemExit(f"llm-fleet: {exc}") from None
         stem = Path(args.output) / f"bench-{report['run_id']}"
-        paths = write_bench_outputs(report, stem)
+        paths = write_bench_outputs(report, str(stem))
     print(render_bench_table(report))
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     for warning in report["warnings"]:
