@@ -25,6 +25,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload import generations as payload_generations
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, load_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import size_gate
 
@@ -169,8 +170,13 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     if params.get("payload"):
         record["payload"] = payload_identity(params["payload"])
     retire_result = _retire(params, previous, record, host)
+    payload_result: dict[str, Any] | None = None
     try:
-        engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, api_key=api_key)
+        if (record.get("payload") or {}).get("generation"):
+            # Just before the restart: the engine's next start reads the new generation.
+            payload_result = _switch_payload(record["payload"], host, bring_back=False)
+        restart = bool(payload_result and payload_result["changed"])
+        engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, restart=restart, api_key=api_key)
         probe_result: dict[str, Any] = {"changed": False}
         if not params.get("probe"):
             probe_result["skipped"] = "no probe given"
@@ -188,7 +194,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         # The new shape (or the new secrets) failed after the host changed: bring the last-known-good one back up.
         restored = previous_secrets if previous_secrets is not None else secrets
         try:
-            check_payload(previous)
+            restore_payload(previous, host)
             _bring_up(previous.get("engine"), previous["unit"], restored, host, False, restart=True, api_key=_restored_key(previous, restored, api_key))
         except StepError as restore_failure:
             raise StepError(
@@ -228,6 +234,8 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         "probe": probe_result,
         "record": record_result,
     }
+    if payload_result is not None:
+        steps["payload"] = payload_result
     result: dict[str, Any] = {
         "changed": any(step["changed"] for step in steps.values()),
         "steps": steps,
@@ -279,7 +287,7 @@ def _restore(
             raise StepError(f"generation: {older[generation - 1]} is not a record", {"changed": False, "warnings": warnings})
         restored = secrets
     key = _restored_key(target, restored, api_key)
-    check_payload(target)
+    payload_result = restore_payload(target, host)
     engine_result, unit_result = _bring_up(target.get("engine"), target["unit"], restored, host, diff, restart=True, api_key=key)
     record_result: dict[str, Any] = {"changed": False, "path": record_path}
     if generation:
@@ -292,6 +300,8 @@ def _restore(
         "probe": {"changed": False, "skipped": "restore runs the health gate, not the probe"},
         "record": record_result,
     }
+    if payload_result is not None:
+        steps["payload"] = payload_result
     return {
         "changed": True,
         "restored": True,
@@ -317,7 +327,39 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
         if text is None:
             raise StepError(f"payload.manifest: {identity['manifest']} does not exist", {"changed": False})
         identity["manifest_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if payload.get("generations"):
+            # The generation directory holding this payload is named by the same digest.
+            identity["generation"] = identity["manifest_sha256"]
     return identity
+
+
+def _switch_payload(payload: dict[str, Any], host: Host, bring_back: bool) -> dict[str, Any]:
+    try:
+        return payload_generations.switch(str(payload.get("dir") or ""), payload["generation"], host, bring_back=bring_back)
+    except (payload_generations.GenerationError, ManifestError, OSError) as exc:
+        raise StepError(str(exc), {"changed": False}) from None
+
+
+def restore_payload(record: dict[str, Any], host: Host) -> dict[str, Any] | None:
+    """Before a known-good shape comes back: with payload generations, point the payload
+    directory at the generation its record names (brought back from the purge staging if it is
+    there, refused if it was purged); without, check that the payload it ran is still on disk."""
+    payload = record.get("payload") or {}
+    if not payload.get("generation") and payload.get("manifest_sha256") and _is_generation_link(str(payload.get("dir") or "")):
+        # A record from before generations, its directory adopted since: the adopted generation
+        # carries the digest of the same manifest when it was adopted with that manifest.
+        payload = {**payload, "generation": payload["manifest_sha256"]}
+    if payload.get("generation"):
+        return _switch_payload(payload, host, bring_back=True)
+    check_payload(record)
+    return None
+
+
+def _is_generation_link(payload_dir: str) -> bool:
+    try:
+        return payload_generations.link_state(payload_generations.Layout(payload_dir))[0] == "generation"
+    except payload_generations.GenerationError:
+        return False
 
 
 def check_payload(record: dict[str, Any]) -> None:
@@ -386,7 +428,12 @@ def list_generations(record_dir: str) -> list[dict[str, Any]]:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.stat(path).st_mtime))
         except (OSError, ValueError, AttributeError):
             continue
-        listed.append({"generation": number, "written": stamp, "runtime": shape.get("runtime"), "served_id": shape.get("served_id"), "port": shape.get("port")})
+        entry = {"generation": number, "written": stamp, "runtime": shape.get("runtime"), "served_id": shape.get("served_id"), "port": shape.get("port")}
+        payload = record.get("payload") or {}
+        if payload.get("generation"):
+            # What a rollback to this record would find of its payload: kept, staged or purged.
+            entry["payload"] = {"generation": payload["generation"], "on_disk": payload_generations.where(str(payload.get("dir") or ""), payload["generation"])}
+        listed.append(entry)
     return listed
 
 
