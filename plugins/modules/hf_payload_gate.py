@@ -368,7 +368,7 @@ def run_retain(module: AnsibleModule) -> None:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "state": {"type": "str", "choices": ["verify", "fetch", "manifest"], "default": "verify"},
+            "state": {"type": "str", "choices": ["verify", "fetch", "manifest", "generation", "retain"], "default": "verify"},
             "manifest": {"type": "raw"},
             "dest": {"type": "path"},
             "repo_id": {"type": "str"},
