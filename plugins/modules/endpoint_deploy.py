@@ -111,12 +111,23 @@ options:
         required: true
       generations:
         description:
-          - O(payload.dir) is a symlink to the payload's generation (C(DIR.generations/SHA256), named
-            by the manifest's sha256, made by M(frank.llm_fleet.hf_payload_gate) O(state=generation)).
-            The link is swapped atomically to this payload's generation just before the unit
-            restarts (a moved link always restarts it), and a rollback or restore points it back at
-            the generation the known-good record names, bringing it back from C(.purge-staged/) by a
-            rename, or refusing, naming it, when it was purged.
+          - Payload generations kept, K (C(0), one payload directory). With K >= 1, O(payload.dir) is a
+            symlink to the payload's generation (C(DIR.generations/SHA256), named by the manifest's
+            sha256, made by M(frank.llm_fleet.hf_payload_gate) O(state=generation)). The link is swapped
+            atomically to this payload's generation just before the unit restarts (a moved link always
+            restarts it), and a rollback or restore points it back at the generation the known-good
+            record names, bringing it back from C(.purge-staged/) by a rename, or refusing, naming it,
+            when it was purged.
+          - After a green deploy, in the same call, generations past the K most recently served are
+            renamed into C(DIR.generations/.purge-staged/) (C(steps.payload_retention)).
+        type: int
+        default: 0
+      keep_rejected:
+        description: C(NAME.rejected-*) copies kept per file after a green deploy; older ones are staged for purge (generations or not).
+        type: int
+        default: 2
+      purge_approved:
+        description: After a green deploy, delete what C(.purge-staged/) holds, naming each entry and the bytes freed. Never without it.
         type: bool
         default: false
   retire_units:
@@ -174,6 +185,11 @@ steps:
       type: dict
     record:
       description: The last-known-good record - C(path), C(changed), and C(diff) (the record has no secrets).
+      type: dict
+    payload_retention:
+      description:
+        - With O(payload), what the retention did after the green deploy - C(kept) (generations), C(staged)
+          (C(name), C(kind), C(bytes), C(staged_as)), C(awaiting_approval), C(purged), C(bytes_freed), C(msg).
       type: dict
     payload:
       description:
@@ -249,7 +265,9 @@ def main() -> None:
                 "options": {
                     "dir": {"type": "path", "required": True},
                     "manifest": {"type": "path", "required": True},
-                    "generations": {"type": "bool", "default": False},
+                    "generations": {"type": "int", "default": 0},
+                    "keep_rejected": {"type": "int", "default": 2},
+                    "purge_approved": {"type": "bool", "default": False},
                 },
             },
         },

@@ -352,14 +352,6 @@ def run_generation(module: AnsibleModule) -> None:
 def run_retain(module: AnsibleModule) -> None:
     host = Host(module.run_command, module.check_mode)
     result = retain(module.params["dest"], module.params["keep"], module.params["keep_rejected"], module.params["purge_approved"], host)
-    staged = sum(entry["bytes"] for entry in result["staged"])
-    waiting = sum(entry["bytes"] for entry in result["awaiting_approval"])
-    tail = (
-        f"purged {len(result['purged'])} staged entries, {result['bytes_freed']:,} bytes freed"
-        if result["purged"]
-        else f"{len(result['awaiting_approval'])} staged entries ({waiting:,} bytes) await purge_approved"
-    )
-    result["msg"] = f"kept {len(result['kept'])} generations; staged {len(result['staged'])} entries ({staged:,} bytes); {tail}"
     if module._diff:
         result["diff"] = {"before": "", "after": "".join(f"{a}\n" for a in result["actions"])}
     module.exit_json(**result)

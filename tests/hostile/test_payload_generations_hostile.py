@@ -3,13 +3,16 @@ planted where a generation, the staging area or the payload link should be, a pu
 approved. Each is refused naming the path, and nothing outside the payload's own tree moves."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+from fake_host import SYSTEMCTL, FakeRunner, show
 from generation_payloads import quiet_host, ready, snapshot, write_manifest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import restore_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint, restore_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import GenerationError, Layout, manifest_digest, prepare, retain, switch
 
 A = {"model.gguf": b"payload A"}
@@ -114,3 +117,14 @@ def test_a_record_whose_generation_dir_holds_another_manifest_is_refused(payload
     with pytest.raises(StepError, match=r"has no manifest copy .* of sha256 .*not a generation this collection made"):
         restore_payload(record, quiet_host())
     assert os.readlink(payload).endswith(c["generation"])  # the link was not moved
+
+
+def test_a_planted_staging_link_fails_a_green_deploy_loudly_after_it_is_recorded(payload, outside, tmp_path):
+    # Retention runs in the deploy's own call: a planted link there must fail the task, not pass silently.
+    a = ready(payload, "a", A)
+    (payload.parent / "tiny.generations" / ".purge-staged").symlink_to(outside)
+    unit = {"name": "lab.service", "command": [sys.executable, "-m", "http.server"], "unit_dir": str(tmp_path / "units"), "env_dir": str(tmp_path / "env")}
+    params = {"unit": unit, "record_dir": str(tmp_path / "record"), "payload": {"dir": str(payload), "manifest": a["manifest"], "generations": 2}}
+    with pytest.raises(StepError, match=r"the deploy is green and recorded, but keeping its payload generations failed: .*\.purge-staged is a symlink"):
+        deploy_endpoint(params, Host(FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="inactive")]})), diff=False)
+    assert (tmp_path / "record" / "last-good.json").exists() and sorted(p.name for p in outside.iterdir()) == ["keep.me"]

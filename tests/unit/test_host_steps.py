@@ -304,9 +304,9 @@ def test_a_restore_refuses_a_payload_file_that_is_gone(tmp_path, dirs):
 # --- payload generations: a rollback boots the payload its record names ---------------------------
 
 
-def _generation_deploy(tmp_path, dirs, description, generation, start_answers=(OK,), probe=None, state=DEAD):
+def _generation_deploy(tmp_path, dirs, description, generation, start_answers=(OK,), probe=None, state=DEAD, keep=2):
     runner = FakeRunner({(SYSTEMCTL, "show"): [state], (SYSTEMCTL, "start"): list(start_answers)})
-    payload = {"dir": str(tmp_path / "models" / "tiny"), "manifest": generation["manifest"], "generations": True}
+    payload = {"dir": str(tmp_path / "models" / "tiny"), "manifest": generation["manifest"], "generations": keep}
     params = {"unit": unit_params(dirs, description=description), "record_dir": str(tmp_path / "record"), "payload": payload}
     return runner, deploy_endpoint(params, Host(runner), diff=False, probe=probe or (lambda _p: "hello"))
 
@@ -327,6 +327,7 @@ def test_a_failed_deploy_of_a_new_payload_rolls_back_to_the_old_payloads_bytes(t
     assert served.read_bytes() == b"payload B, bigger" and Path(a["dir"], "model.gguf").read_bytes() == b"payload A"
     listed = [g["payload"] for g in green["generations"]]
     assert listed == [{"generation": b["generation"], "on_disk": "kept"}, {"generation": a["generation"], "on_disk": "kept"}]
+    assert green["steps"]["payload_retention"]["kept"] == [b["generation"], a["generation"]] and green["steps"]["payload_retention"]["staged"] == []
 
     c = ready(tmp_path / "models" / "tiny", "c", {"model.gguf": b"payload C that crashes"})
     running = show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")
@@ -349,7 +350,10 @@ def test_a_restore_of_a_purged_payload_generation_is_refused_before_any_start(tm
     a = ready(payload, "a", {"model.gguf": b"payload A"})
     _generation_deploy(tmp_path, dirs, "shape on A", a)
     b = ready(payload, "b", {"model.gguf": b"payload B"})
-    _generation_deploy(tmp_path, dirs, "shape on B", b)
+    # K=1 in the same call: A is staged after the green deploy of B, then purged with approval.
+    _runner, green = _generation_deploy(tmp_path, dirs, "shape on B", b, keep=1)
+    assert [s["name"] for s in green["steps"]["payload_retention"]["staged"]] == [a["generation"]]
+    assert "1 staged entries" in green["steps"]["payload_retention"]["msg"] and "await purge_approved" in green["steps"]["payload_retention"]["msg"]
     retain(str(payload), keep=1, keep_rejected=2, approved=True, host=Host(FakeRunner()))
     runner = FakeRunner({(SYSTEMCTL, "show"): [DEAD]})
     restore = {"unit": {"name": UNIT, **dirs}, "record_dir": str(tmp_path / "record"), "restore": True, "generation": 1}

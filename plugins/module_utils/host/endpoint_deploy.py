@@ -226,6 +226,8 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         elif previous_secrets is not None:
             host.remove(secrets_path)
         record_result["secrets_changed"] = True
+    # Last: the deploy is recorded whatever retention finds.
+    retention = _retain_payloads(params["payload"], host) if params.get("payload") else None
     steps = {
         "retire": retire_result,
         "firewall": firewall_result,
@@ -236,6 +238,8 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     }
     if payload_result is not None:
         steps["payload"] = payload_result
+    if retention is not None:
+        steps["payload_retention"] = retention
     result: dict[str, Any] = {
         "changed": any(step["changed"] for step in steps.values()),
         "steps": steps,
@@ -327,10 +331,23 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
         if text is None:
             raise StepError(f"payload.manifest: {identity['manifest']} does not exist", {"changed": False})
         identity["manifest_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        if payload.get("generations"):
+        if int(payload.get("generations") or 0) > 0:
             # The generation directory holding this payload is named by the same digest.
             identity["generation"] = identity["manifest_sha256"]
     return identity
+
+
+def _retain_payloads(payload: dict[str, Any], host: Host) -> dict[str, Any]:
+    """After a green deploy, in the same call (no extra round trip): payload generations past K and
+    old rejected copies go to the purge staging, deleted only when approved."""
+    keep, keep_rejected = int(payload.get("generations") or 0), int(payload.get("keep_rejected", 2))
+    try:
+        return payload_generations.retain(str(payload.get("dir") or ""), keep, keep_rejected, bool(payload.get("purge_approved")), host)
+    except (payload_generations.GenerationError, OSError) as exc:
+        raise StepError(
+            f"the deploy is green and recorded, but keeping its payload generations failed: {exc}",
+            {"changed": True, "rolled_back": False, "actions": host.actions},
+        ) from None
 
 
 def _switch_payload(payload: dict[str, Any], host: Host, bring_back: bool) -> dict[str, Any]:

@@ -409,7 +409,19 @@ def retain(payload_dir: str, keep: int, keep_rejected: int, approved: bool, host
     result.update(purge(layout, approved, host))
     result["actions"] = host.actions[before:]
     result["changed"] = bool(result["actions"])
+    result["msg"] = _summary(result)
     return result
+
+
+def _summary(result: dict[str, Any]) -> str:
+    staged = sum(entry["bytes"] for entry in result["staged"])
+    waiting = sum(entry["bytes"] for entry in result["awaiting_approval"])
+    tail = (
+        f"purged {len(result['purged'])} staged entries, {result['bytes_freed']:,} bytes freed"
+        if result["purged"]
+        else f"{len(result['awaiting_approval'])} staged entries ({waiting:,} bytes) await purge_approved"
+    )
+    return f"kept {len(result['kept'])} generations; staged {len(result['staged'])} entries ({staged:,} bytes); {tail}"
 
 
 def purge(layout: Layout, approved: bool, host: Host) -> dict[str, Any]:
