@@ -113,7 +113,7 @@ options:
         description:
           - Payload generations kept, K (C(0), one payload directory). With K >= 1, O(payload.dir) is a
             symlink to the payload's generation (C(DIR.generations/SHA256), named by the manifest's
-            sha256, made by M(frank.llm_fleet.hf_payload_gate) O(state=generation)). The link is swapped
+            sha256, made by O(frank.llm_fleet.hf_payload_gate#module:state=generation)). The link is swapped
             atomically to this payload's generation just before the unit restarts (a moved link always
             restarts it), and a rollback or restore points it back at the generation the known-good
             record names, bringing it back from C(.purge-staged/) by a rename, or refusing, naming it,
