@@ -3,6 +3,7 @@ payload in its own directory named by its manifest's sha256, the payload directo
 one served, past K staged for purge, deleted only with approval."""
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generation
     retain,
     switch,
 )
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, parse_manifest_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import stamped_digest, write_stamp
 
 A = {"model.gguf": b"weights of payload A" * 64, "config.json": b'{"a": 1}'}
@@ -178,3 +180,18 @@ def test_check_mode_of_the_first_deploy_with_generations_verifies_the_directory_
     assert readied["adopted"] == str(payload) and readied["dir"] == str(payload)
     moved = switch(str(payload), readied["generation"], host, bring_back=False)
     assert moved["changed"] and snapshot(tmp_path) == before
+
+
+def test_a_manifest_text_reads_the_same_as_json_as_yaml_flow_and_as_block_yaml():
+    # The JSON path is the fast one (the switch re-reads a generation's manifest copy each deploy);
+    # a YAML flow mapping also starts with "{" and must still read.
+    expected = {"repo_id": "lab/tiny", "revision": "a" * 40, "files": [{"path": "m.gguf", "size": 3, "sha256": "b" * 64}]}
+    texts = [
+        json.dumps(expected),
+        "{repo_id: lab/tiny, revision: " + "a" * 40 + ", files: [{path: m.gguf, size: 3, sha256: " + "b" * 64 + "}]}",
+        "repo_id: lab/tiny\nrevision: '" + "a" * 40 + "'\nfiles:\n  - {path: m.gguf, size: 3, sha256: " + "b" * 64 + "}\n",
+    ]
+    parsed = [parse_manifest_text(text, "m") for text in texts]
+    assert all(p.as_dict() == parsed[0].as_dict() for p in parsed) and parsed[0].files[0].sha256 == "b" * 64
+    with pytest.raises(ManifestError, match=r"files\[0\].size: expected a byte count"):
+        parse_manifest_text(json.dumps({**expected, "files": [{"path": "m.gguf", "size": -1}]}), "m")
