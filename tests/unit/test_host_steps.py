@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from fake_host import SYSTEMCTL, FakeClock, FakeRunner, fake_process, show, ss_listening
-from generation_payloads import ready, write_manifest
+from generation_payloads import ready, snapshot, write_manifest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import RECORD_FILE, deploy_endpoint
@@ -389,3 +389,26 @@ def test_a_record_from_before_generations_rolls_back_to_the_directory_adopted_fo
     with pytest.raises(StepError, match="The last-known-good shape is serving again"):
         _generation_deploy(tmp_path, dirs, "shape on C", c, start_answers=[FAIL, OK])
     assert os.readlink(payload).endswith(adopted["generation"]) and (payload / "model.gguf").read_bytes() == b"payload A"
+
+
+def test_check_mode_with_diff_shows_the_payload_switch_and_the_staging_and_touches_nothing(tmp_path, dirs):
+    payload = tmp_path / "models" / "tiny"
+    a = ready(payload, "a", {"model.gguf": b"payload A"})
+    _generation_deploy(tmp_path, dirs, "shape", a)
+    b = ready(payload, "b", {"model.gguf": b"payload B"})
+    before = snapshot(tmp_path)
+    params = {
+        "unit": unit_params(dirs, description="shape"),
+        "record_dir": str(tmp_path / "record"),
+        "payload": {"dir": str(payload), "manifest": b["manifest"], "generations": 1},
+    }
+    runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")]})
+    result = deploy_endpoint(params, Host(runner, check_mode=True), diff=True)
+    assert snapshot(tmp_path) == before and runner.ran(SYSTEMCTL, "stop") == [] and runner.ran(SYSTEMCTL, "start") == []
+    link_diff = next(d for d in result["diff"] if d.get("after_header") == str(payload))
+    assert link_diff["before"] == f"{payload} -> {a['generation']}\n" and link_diff["after"] == f"{payload} -> {b['generation']}\n"
+    # As the real run would: B serves, so A is the one staged past K=1 (check mode moved no link).
+    staging = next(d for d in result["diff"] if d.get("after_header") == "payload retention")
+    staged = f"{payload}.generations/.purge-staged"
+    assert staging["after"] == f"mkdir {staged}\nmove {payload}.generations/{a['generation']} {staged}/{a['generation']}\n"
+    assert result["steps"]["payload_retention"]["kept"] == [b["generation"]]

@@ -227,7 +227,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
             host.remove(secrets_path)
         record_result["secrets_changed"] = True
     # Last: the deploy is recorded whatever retention finds.
-    retention = _retain_payloads(params["payload"], host) if params.get("payload") else None
+    retention = _retain_payloads(params["payload"], record["payload"].get("generation"), host) if params.get("payload") else None
     steps = {
         "retire": retire_result,
         "firewall": firewall_result,
@@ -251,7 +251,9 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     }
     if ledger is not None:
         result["boot_ledger"] = ledger
-    diffs = [step["diff"] for step in (firewall_result, engine_result, unit_result, record_result) if step.get("diff")]
+    if diff:
+        _payload_diffs(payload_result, retention)
+    diffs = [step["diff"] for step in (firewall_result, engine_result, unit_result, record_result, payload_result or {}, retention or {}) if step.get("diff")]
     if diff and diffs:
         result["diff"] = diffs
     return result
@@ -337,17 +339,27 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
     return identity
 
 
-def _retain_payloads(payload: dict[str, Any], host: Host) -> dict[str, Any]:
+def _retain_payloads(payload: dict[str, Any], serving: str | None, host: Host) -> dict[str, Any]:
     """After a green deploy, in the same call (no extra round trip): payload generations past K and
     old rejected copies go to the purge staging, deleted only when approved."""
     keep, keep_rejected = int(payload.get("generations") or 0), int(payload.get("keep_rejected", 2))
     try:
-        return payload_generations.retain(str(payload.get("dir") or ""), keep, keep_rejected, bool(payload.get("purge_approved")), host)
+        return payload_generations.retain(str(payload.get("dir") or ""), keep, keep_rejected, bool(payload.get("purge_approved")), host, serving)
     except (payload_generations.GenerationError, OSError) as exc:
         raise StepError(
             f"the deploy is green and recorded, but keeping its payload generations failed: {exc}",
             {"changed": True, "rolled_back": False, "actions": host.actions},
         ) from None
+
+
+def _payload_diffs(switched: dict[str, Any] | None, retention: dict[str, Any] | None) -> None:
+    """--diff shows where the payload link goes and what retention moves or deletes."""
+    if switched and switched["changed"]:
+        link = switched["link"]
+        before = f"{link} -> {switched.get('previous') or '(a directory, or nothing)'}\n"
+        switched["diff"] = {"before": before, "after": f"{link} -> {switched['generation']}\n", "before_header": link, "after_header": link}
+    if retention and retention["actions"]:
+        retention["diff"] = {"before": "", "after": "".join(f"{action}\n" for action in retention["actions"]), "after_header": "payload retention"}
 
 
 def _switch_payload(payload: dict[str, Any], host: Host, bring_back: bool) -> dict[str, Any]:

@@ -370,11 +370,12 @@ def _rejected_copies(directory: str) -> dict[str, list[str]]:
     return found
 
 
-def retain(payload_dir: str, keep: int, keep_rejected: int, approved: bool, host: Host) -> dict[str, Any]:
+def retain(payload_dir: str, keep: int, keep_rejected: int, approved: bool, host: Host, serving: str | None = None) -> dict[str, Any]:
     """Generations past the K most recently served (the one the link names always kept) and
     rejected copies past the newest `keep_rejected` per file are renamed into `.purge-staged/`
     and reported with their sizes. The staged entries are deleted only when `approved`, each one
-    named with the bytes it freed."""
+    named with the bytes it freed. `serving` names the generation the deploy just switched to (in
+    check mode the link has not moved, and the report must match what the real run would do)."""
     layout = Layout(payload_dir)
     if keep < 0 or keep_rejected < 0:
         raise GenerationError(
@@ -383,6 +384,8 @@ def retain(payload_dir: str, keep: int, keep_rejected: int, approved: bool, host
     _is_real_dir(layout.root, "payload generations")
     _is_real_dir(layout.staged, "payload generations")
     state, current = link_state(layout)
+    if serving and state == "generation":
+        current = valid_name(serving)
     before = len(host.actions)
     staged: list[dict[str, Any]] = []
     kept: list[str] = []
