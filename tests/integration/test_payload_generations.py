@@ -84,9 +84,9 @@ def endpoint_vars(label: str, keep: int = 2, **shape) -> dict:
     }
 
 
-def deploy(tmp_path, inventory, label, keep=2, **shape):
+def deploy(tmp_path, inventory, label, *extra, keep=2, **shape):
     write_endpoint_vars(inventory, NAME, PORT, **endpoint_vars(label, keep, **shape))
-    return playbook(tmp_path, "deploy.yml", inventory=inventory, limit=NAME)
+    return playbook(tmp_path, "deploy.yml", *extra, inventory=inventory, limit=NAME)
 
 
 def test_a_rollback_boots_the_payload_generation_its_record_names_and_a_purge_needs_approval(tmp_path, lab):
@@ -95,6 +95,11 @@ def test_a_rollback_boots_the_payload_generation_its_record_names_and_a_purge_ne
     assert rc == 0, failures(out) or out[-3000:]
     assert link_names() == generation["a"]  # adopted by a rename
     meta_a = served_meta()
+
+    # Check mode names the switch and moves nothing.
+    rc, _stats, out = deploy(tmp_path, inventory, "b", "--check", "--diff")
+    assert rc == 0, failures(out) or out[-3000:]
+    assert f"{PAYLOAD} -> {generation['b']}" in out and link_names() == generation["a"] and served_meta() == meta_a
 
     rc, _stats, out = deploy(tmp_path, inventory, "b")
     assert rc == 0, failures(out) or out[-3000:]
