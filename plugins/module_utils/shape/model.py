@@ -148,6 +148,14 @@ def _parse_overrides(value: Any, name: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def override_tensor_order(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The order llama.cpp receives the --override-tensor pairs in: longest (most specific) pattern
+    first, because its loader takes the first match and a broad pattern first would swallow the
+    specific ones (seed 001: "the loader is first-match-wins, so the specific patterns must precede
+    the broad exps=CPU sweep"). The argv is joined in this order and the budget places in it."""
+    return tuple(sorted(pairs, key=lambda pair: -len(pair[0])))
+
+
 def _parse_sizes(value: Any, name: str) -> int | tuple[int, ...]:
     """One size for every device, or one per device."""
     if isinstance(value, (list, tuple)):
