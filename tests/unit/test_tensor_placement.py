@@ -140,6 +140,16 @@ def test_without_a_readable_header_the_cards_keep_the_overridden_tensors_and_say
     assert any("no GGUF header is readable here to size them" in note and "upper bound" in note for note in result.notes)
 
 
+def test_an_explicit_geometry_keeps_its_sizes_and_the_patterns_are_still_checked(moe):
+    # model_geometry's layer_bytes price the weights; the header's tensor bytes are not mixed into them.
+    geometry = {"n_layer": 4, "n_head_kv": 1, "head_dim": 32, "layer_bytes": "100 MiB"}
+    placed = price(moe, model_geometry=geometry, override_tensor={"exps": "CPU", "ngram_embeddings": "CPU"})
+    assert [term(d, "weights") for d in placed.devices] == [300 * 2**20, 100 * 2**20]
+    assert not any(t.name == "override_tensor_weights" for t in placed.host_terms)
+    assert any(note.startswith("override_tensor: model_geometry sizes the weights") for note in placed.notes)
+    assert [v.message.split(" matches ")[0] for v in placed.failures if v.rule == "override_tensor"] == ["override_tensor: ngram_embeddings=CPU"]
+
+
 def test_the_ple_table_override_moves_the_seeds_54_4_gb_off_the_output_card(tmp_path):
     # Seed 000: "- The 51B-param PLE n-gram table is ONE tensor: per_layer_token_embd." / "weight, dims
     # [160, 320001536], Q8_0, 54.4 GiB — exactly the whole of" part 3; the deployed set is

@@ -220,11 +220,19 @@ def _override_placement(
     if not header.tensors:
         raise ShapeError(f"model_file: {path} lists no tensors; give the first part of the split set (the loader merges every part)")
     placed = placement.place_overrides(header.tensors, override_tensor_order(shape.override_tensor), layer_device, n_layer, n_devices)
+    verdicts = placement.override_verdicts(placed, len(header.tensors), path)
+    if shape.model_geometry:
+        # The weights are the explicit geometry's sizes: moving the header's bytes off them would mix two sources.
+        notes.append(
+            "override_tensor: model_geometry sizes the weights, so the header's overridden tensors are not moved off them "
+            "(an upper bound on the cards); drop model_geometry to price them per tensor"
+        )
+        return None, verdicts
     for pattern in placed.patterns:
         if pattern.taken:
             where = "host RAM" if pattern.target == placement.HOST else pattern.buffer
             notes.append(f"override_tensor {pattern.pattern}={pattern.buffer}: {pattern.taken:,} tensor(s), {pattern.bytes / MIB:,.1f} MiB in {where}")
-    return placed, placement.override_verdicts(placed, len(header.tensors), path)
+    return placed, verdicts
 
 
 def _cache_ram_verdicts(shape: LlamaCppShape, per_slot_state: int, recurrent: bool) -> list[Verdict]:
