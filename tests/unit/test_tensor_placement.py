@@ -186,3 +186,34 @@ def test_the_ple_table_override_moves_the_seeds_54_4_gb_off_the_output_card(tmp_
     assert term(resident.devices[0], "weights") - term(deployed.devices[0], "weights") == experts
     assert term(resident.devices[1], "weights") - term(deployed.devices[1], "weights") == ple
     assert deployed.fits
+
+
+@pytest.mark.parametrize(("draft_device", "refused"), [("ROCm0", True), ("ROCm1", False), ("CPU", True)])
+def test_a_drafter_that_borrows_the_output_head_runs_on_the_output_layers_device(draft_device, refused):
+    # Seed 001: "The shared MTP head borrows the main model output head, which a -ts 1,1" / "layer
+    # split places on ROCm1. With tensor overrides set, n_copies==1 in the" / "draft's scheduler, and a
+    # borrowed output.weight in a ROCm1 buffer aborts the" / "draft graph (ggml-backend.cpp:941) when
+    # the draft context is on ROCm0" - "the unit crash-looped 4x at ~12 s per attempt"; ROCm1 served.
+    shape = {
+        "runtime": "llamacpp",
+        "model_geometry": {"n_layer": 4, "n_head_kv": 1, "head_dim": 32, "layer_bytes": "100 MiB"},
+        "ctx_size": 4096,
+        "tensor_split": [1, 1],
+        "override_tensor": {"exps": "CPU", "per_layer_token_embd.weight": "CPU"},
+        "spec_type": "draft-mtp,ngram-mod",
+        "draft_max": 2,
+        "drafter_borrows_output": True,
+        "draft_device": draft_device,
+    }
+    result = price_shape(shape, TWO_CARDS)
+    bad = [v.message for v in result.failures if v.rule == "draft_device"]
+    assert bad == (
+        [
+            f"draft_device {draft_device}: the drafter borrows the target's output head, which the layer split puts on r9700-1 (device 1); "
+            "with override_tensor the draft graph aborts on any other device: run the drafter there"
+        ]
+        if refused
+        else []
+    )
+    # The seeds saw the abort with tensor overrides set; without them the gate does not refuse.
+    assert not [v for v in price_shape({**shape, "override_tensor": None}, TWO_CARDS).failures if v.rule == "draft_device"]

@@ -63,16 +63,16 @@ def assign_layers(n_layer: int, n_devices: int, tensor_split: tuple[float, ...] 
     return placement
 
 
-def buffer_device(buffer: str, n_devices: int, pattern: str) -> int:
-    """The ledger index a buffer type names: HOST for CPU, N for a backend's Nth device."""
+def buffer_device(buffer: str, n_devices: int, field_name: str) -> int:
+    """The ledger index a buffer type or device names: HOST for CPU, N for a backend's Nth device."""
     if buffer.upper() == "CPU":
         return HOST
     match = _DEVICE_BUFFER_RE.match(buffer)
     if not match:
-        raise ShapeError(f"override_tensor.{pattern}: buffer {buffer!r} is no buffer type llama.cpp lists; use CPU or a device buffer such as ROCm0 or CUDA0")
+        raise ShapeError(f"{field_name}: buffer {buffer!r} is no buffer type llama.cpp lists; use CPU or a device buffer such as ROCm0 or CUDA0")
     index = int(match.group(1))
     if index >= n_devices:
-        raise ShapeError(f"override_tensor.{pattern}: buffer {buffer} names device {index}, but the shape lists {n_devices} device(s)")
+        raise ShapeError(f"{field_name}: buffer {buffer} names device {index}, but the shape lists {n_devices} device(s)")
     return index
 
 
@@ -121,7 +121,7 @@ def place_overrides(
             regex = re.compile(pattern)
         except re.error as exc:
             raise ShapeError(f"override_tensor.{pattern}: not a regular expression ({exc}); llama.cpp matches it against tensor names") from None
-        patterns.append((regex, PatternPlacement(pattern, buffer, buffer_device(buffer, n_devices, pattern))))
+        patterns.append((regex, PatternPlacement(pattern, buffer, buffer_device(buffer, n_devices, f"override_tensor.{pattern}"))))
     result = OverridePlacement([p for _regex, p in patterns], [0] * n_devices, [0] * n_devices)
     for tensor in tensors:
         winner = None
@@ -168,3 +168,31 @@ def override_verdicts(placed: OverridePlacement, n_tensors: int, model_path: str
             Verdict("override_tensor", False, f"override_tensor: {pattern.pattern}={pattern.buffer} {why}; fix the pattern or drop it", term="override_tensor")
         )
     return out
+
+
+def draft_device_verdicts(
+    draft_device: str | None, borrows_output: bool, has_overrides: bool, layer_device: list[int], device_names: list[str]
+) -> list[Verdict]:
+    """A drafter that borrows the target's output head must run where the layer law puts the output
+    layer. Seed 001: "The shared MTP head borrows the main model output head, which a -ts 1,1" "layer
+    split places on ROCm1. With tensor overrides set, n_copies==1 in the" "draft's scheduler, and a
+    borrowed output.weight in a ROCm1 buffer aborts the" "draft graph (ggml-backend.cpp:941) when the
+    draft context is on ROCm0" - "the unit crash-looped 4x"; "ROCm1 loads and serves". The seeds saw
+    the abort with tensor overrides set, so the rule holds there."""
+    if not (draft_device and borrows_output and has_overrides):
+        return []
+    output = layer_device[-1]
+    index = buffer_device(draft_device, len(device_names), "draft_device")
+    if index == output:
+        return []
+    where = "host RAM" if output == HOST else f"{device_names[output]} (device {output})"
+    return [
+        Verdict(
+            "draft_device",
+            False,
+            f"draft_device {draft_device}: the drafter borrows the target's output head, which the layer split puts on {where}; with override_tensor "
+            "the draft graph aborts on any other device: run the drafter there",
+            None if index == HOST else device_names[index],
+            "draft_device",
+        )
+    ]

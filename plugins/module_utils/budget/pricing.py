@@ -161,6 +161,9 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
         offloaded = sum(1 for device in layer_device if device != HOST)
         notes.append(f"n_gpu_layers {shape.n_gpu_layers}: {geometry.n_layer + 1 - offloaded} of {geometry.n_layer + 1} layers stay in host RAM")
     verdicts = _capacity_verdicts(devices, shape.free_floor, shape.max_device_gap) + override_verdicts
+    verdicts += placement.draft_device_verdicts(
+        shape.draft_device, shape.drafter_borrows_output, bool(shape.override_tensor), layer_device, [device.name for device in devices]
+    )
 
     if shape.slot_calibration:
         fixed, per_slot, ceiling = slot_ceiling(shape.slot_calibration.get("boots") or [], devices[0].capacity, shape.free_floor)

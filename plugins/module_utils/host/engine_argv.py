@@ -82,6 +82,8 @@ def llamacpp_argv(shape: LlamaCppShape, model_root: str = "", binary: str = "/us
         argv += ["--model-draft", str(resolve_path(shape.drafter, model_root))]
     if shape.draft_max:
         argv += ["--spec-draft-n-max", str(shape.draft_max)]
+    if shape.draft_device:
+        argv += ["--device-draft", shape.draft_device]
     if shape.cache_ram is not None:
         argv += ["--cache-ram", str(shape.cache_ram >> 20)]  # MiB
     if shape.jinja:

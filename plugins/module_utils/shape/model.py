@@ -328,6 +328,13 @@ class LlamaCppShape(Shape):
         minimum=2,
         maximum=64,
     )
+    draft_device: str | None = _key("str", "llama.cpp --device-draft: the device the drafter runs on (ROCm1, CUDA0).", LLAMACPP)
+    drafter_borrows_output: bool = _key(
+        "bool",
+        "The drafter borrows the target's output head (a shared MTP head): with override_tensor it must run on the output layer's device. Not a flag.",
+        LLAMACPP,
+        default=False,
+    )
     cache_ram: int | None = _key("size", "llama.cpp --cache-ram: the prompt cache in host RAM, as a size.", LLAMACPP)
     host_ram: int | None = _key("size", "Budget - the host's RAM, for the prompt-cache law.", LLAMACPP, group="budget")
     jinja: bool = _key("bool", "llama.cpp --jinja (the model's chat template).", LLAMACPP, default=True)
