@@ -160,12 +160,11 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         return _restore(params, host, diff, previous, previous_text, previous_secrets, secrets, api_key, warnings)
 
     engine, unit = params.get("engine"), params["unit"]
-    # The firewall goes in before the engine listens; the unit reloads it before every start.
+    # The firewall goes in before the engine listens; the unit reloads it before every start, with
+    # full privileges (`+`): a sandboxed native engine's unit has no CAP_NET_ADMIN to load it.
     endpoint = str(unit["name"]).rsplit(".", 1)[0]
     firewall_result = ensure_firewall(endpoint, firewall_from(endpoint, params.get("firewall")), host, diff)
-    if firewall_result["pre_start"]:
-        unit = {**unit, "pre_start": [*firewall_result.pop("pre_start"), *(unit.get("pre_start") or [])]}
-    firewall_result.pop("pre_start", None)
+    unit = unit_with_firewall(unit, firewall_result.pop("pre_start", None))
     record = {"shape": params.get("shape") or {}, "engine": _without_secrets(engine) or None, "unit": _without_secrets(unit)}
     if params.get("payload"):
         record["payload"] = payload_identity(params["payload"])
@@ -322,6 +321,12 @@ def _restore(
 
 # A manifest lists a payload's files; one larger than this is not one of ours.
 MAX_MANIFEST_BYTES = 16 << 20
+
+
+def unit_with_firewall(unit: dict[str, Any], firewall_pre_start: list[list[str]] | None) -> dict[str, Any]:
+    """The unit loads the endpoint's nftables table before every start with full privileges
+    (systemd's `+`): a sandboxed native engine's unit (its own user, no capabilities) cannot."""
+    return {**unit, "privileged_pre_start": firewall_pre_start} if firewall_pre_start else unit
 
 
 def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
