@@ -305,7 +305,7 @@ def find_refs(conn: sqlite3.Connection, ident: str, config: Mapping[str, Any]) -
         rows = _bounded(conn, f'SELECT "{key}" FROM "{table}" WHERE "{column}" = ?{condition} ORDER BY "{key}"', (ident,), f"{table}.{column}")
         refs += [Ref(table, str(row[0]), column) for row in rows]
     for key, value in config.items():
-        _, paths = _config_ids(CONFIG_REFS[key], value, ident, ident)
+        paths = _config_ids(CONFIG_REFS[key], value, ident, ident)[1]
         refs += [Ref("config", key, f"value{path}") for path in paths]
     return tuple(refs)
 
