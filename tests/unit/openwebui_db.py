@@ -89,6 +89,14 @@ def seed_connections(db: Path, *model_id_lists: list[str]) -> None:
     )
 
 
+def openwebui_reads(db: Path, *model_ids: str) -> dict:
+    """What OpenWebUI's own code (its models, access grants, model history and config layers)
+    reads from `db` for these model ids: tests/unit/openwebui_reader.py in the build's venv."""
+    proc = subprocess.run([str(BUILD), "read", str(db), *model_ids], capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def rows(db: Path, sql: str, params=()) -> list[tuple]:
     with sqlite3.connect(db) as conn:
         return conn.execute(sql, params).fetchall()

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from openwebui_db import CONNECTION_KEY, config_value, rows, seed_config, seed_connections, seed_model
+from openwebui_db import CONNECTION_KEY, config_value, openwebui_reads, rows, seed_config, seed_connections, seed_model
 from test_modules_through_ansible import play
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.clients.openwebui import (
@@ -104,6 +104,25 @@ def test_the_trio_and_the_rest_of_the_set_move_in_one_run(openwebui_db):
     assert "config['openai.api_configs'].value[0].model_ids" in entry["moved"]
     assert len([ref for ref in entry["moved"] if ref.startswith("access_grant[")]) == 2
     assert CONNECTION_KEY not in repr(result)
+
+
+def test_openwebui_itself_reads_the_re_keyed_model_under_the_new_id(openwebui_db):
+    # The proof that counts: OpenWebUI's own models/access_grants/model_history/config code, run
+    # from the pinned package, finds everything under the new id and nothing under the old one.
+    seeded_fleet(openwebui_db)
+    seen_before = openwebui_reads(openwebui_db, OLD, NEW, "frank-large-terse")
+    apply_rekey(str(openwebui_db), RENAME)
+    seen = openwebui_reads(openwebui_db, OLD, NEW, "frank-large-terse")
+    assert seen["models"][NEW] == seen_before["models"][OLD]
+    assert seen["models"][NEW]["found"] and seen["models"][NEW]["version_in_history"]
+    assert seen["models"][NEW]["grants"] == sorted(list(grant) for grant in GRANTS)
+    assert seen["models"][NEW]["description"] == f"{OLD} on the fleet"  # the row's content came along
+    assert seen["models"][OLD] == {"found": False, "description": None, "base_model_id": None, "version_in_history": False, "grants": []}
+    assert seen["models"]["frank-large-terse"]["base_model_id"] == NEW
+    assert seen["config"]["openai.api_configs"]["0"]["model_ids"] == ["frank-zealot", NEW]
+    assert seen["config"]["ui.default_models"] == f"{NEW},frank-zealot"
+    assert seen["config"]["ui.model_order_list"] == ["frank-zealot", NEW]
+    assert seen["config"]["task.model.default"] == NEW
 
 
 def test_the_backup_is_taken_first_beside_the_database_root_only_and_opens(openwebui_db):
