@@ -149,3 +149,29 @@ def test_a_database_held_by_another_writer_is_refused_after_the_wait(openwebui_d
         holder.close()
     assert rows(openwebui_db, "SELECT id FROM model") == [("frank-large",)]
     assert list(openwebui_db.parent.glob("*.bak-*")) == []
+
+
+def test_a_backup_that_fails_midway_leaves_no_partial_copy_and_no_row_moved(openwebui_db, monkeypatch):
+    # A full disk during the copy: the half-written file is removed (it must never pass for a
+    # backup) and the re-key rolls back.
+    seed_model(openwebui_db, "frank-large")
+    real_connect = openwebui.connect
+
+    class FailingSource:
+        def __init__(self, conn):
+            self.conn = conn
+
+        def backup(self, dest):
+            dest.execute("CREATE TABLE partial (x)")
+            raise sqlite3.OperationalError("database or disk is full")
+
+        def close(self):
+            self.conn.close()
+
+    monkeypatch.setattr(
+        openwebui, "connect", lambda db, read_only: FailingSource(real_connect(db, read_only=True)) if read_only else real_connect(db, read_only=False)
+    )
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        apply_rekey(str(openwebui_db), (Rename("frank-large", NEW),))
+    assert list(openwebui_db.parent.glob("*.bak-*")) == []
+    assert rows(openwebui_db, "SELECT id FROM model") == [("frank-large",)]

@@ -197,8 +197,7 @@ def connect(db: Path, *, read_only: bool) -> sqlite3.Connection:
     """A connection in autocommit mode (the transaction is ours to open); `mode=rw` never creates
     a missing file, `mode=ro` never writes."""
     uri = f"file:{pathname2url(str(db))}?mode={'ro' if read_only else 'rw'}"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
-    return conn
+    return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
 
 
 def check_schema(conn: sqlite3.Connection, db: Path) -> None:
@@ -361,6 +360,10 @@ def write_backup(db: Path, now: float) -> Path:
     try:
         source.backup(dest)
         dest.execute("SELECT count(*) FROM model").fetchone()  # the copy opens and has the set
+    except BaseException:
+        dest.close()
+        target.unlink()  # a partial copy must never pass for a backup
+        raise
     finally:
         dest.close()
         source.close()
