@@ -44,6 +44,10 @@ if [[ ! -x $promtool ]]; then
     rm -rf "$scratch"
 fi
 
+# A real OpenWebUI database for the re-key tests: open-webui's own migrations in a venv of their
+# own under .cache/openwebui/ (scripts/openwebui_db.requirements.txt); skipped when cached.
+scripts/openwebui_db.sh >/dev/null
+
 # Make `frank.llm_fleet.*` resolve from this checkout (ansible.cfg: collections_path).
 link=.collections/ansible_collections/frank/llm_fleet
 if [[ ! -L $link ]]; then

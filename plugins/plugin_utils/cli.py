@@ -324,9 +324,11 @@ def cmd_records(args: argparse.Namespace) -> int:
     if not listed:
         print(f"{args.record_dir}: no known-good record")
         return 1
-    print(f"{'generation':>10}  {'written':<20}  {'runtime':<8}  {'served_id':<24}  port")
+    print(f"{'generation':>10}  {'written':<20}  {'runtime':<8}  {'served_id':<24}  {'port':<5}  payload (generation, on disk)")
     for row in listed:
-        print(f"{row['generation']:>10}  {row['written']:<20}  {row['runtime'] or '-':<8}  {row['served_id'] or '-':<24}  {row['port'] or '-'}")
+        # With payload generations: whether a rollback to this record finds its payload.
+        payload = f"{row['payload']['generation'][:12]} {row['payload']['on_disk']}" if row.get("payload") else "-"
+        print(f"{row['generation']:>10}  {row['written']:<20}  {row['runtime'] or '-':<8}  {row['served_id'] or '-':<24}  {row['port'] or '-':<5}  {payload}")
     return 0
 
 
