@@ -102,6 +102,20 @@ load_engine_into() {
     podman exec "$name" podman image inspect "$ref" --format '{{.Digest}}' >"$STATE_DIR/facts/$spec.digest"
 }
 
+# OpenWebUI's database as its own migrations build it (scripts/openwebui_db.sh, run by setup), where
+# the lab inventory's openwebui host expects it: the served-id re-key runs against the real schema.
+# An existing database is left alone (a test may have seeded rows into it).
+install_openwebui_db() {
+    local name=$1 db
+    db=$("$ROOT_DIR/scripts/openwebui_db.sh")
+    if ! podman exec "$name" test -f /var/lib/open-webui/webui.db; then
+        log "installing OpenWebUI's migrated database into $name"
+        podman exec "$name" mkdir -p -m 0700 /var/lib/open-webui
+        podman cp "$db" "$name:/var/lib/open-webui/webui.db"
+        podman exec "$name" chmod 0600 /var/lib/open-webui/webui.db
+    fi
+}
+
 cmd_images() {
     build_image host
     local spec
@@ -116,6 +130,7 @@ cmd_up() {
         start_host "$name"
         local spec
         for spec in "${ENGINES[@]}"; do load_engine_into "$name" "$spec"; done
+        install_openwebui_db "$name"
     done
 }
 

@@ -96,7 +96,7 @@ def served_id_renames(endpoints: list[dict[str, Any]]) -> list[dict[str, str]]:
     for endpoint in endpoints:
         for old in dict.fromkeys(endpoint.get("served_ids_kept") or []):
             if old != endpoint["served_id"] and old not in serving:
-                renames.append({"endpoint": endpoint["name"], "from": old, "to": endpoint["served_id"]})
+                renames.append({"from": old, "to": endpoint["served_id"]})
     olds = [r["from"] for r in renames]
     twice = sorted({o for o in olds if olds.count(o) > 1})
     if twice:

@@ -145,7 +145,7 @@ def test_renames_come_from_the_kept_records():
         }
     )
     renames = served_id_renames(fleet_endpoints(["frank-secondary", "frank-primary"], hv))
-    assert renames == [{"endpoint": "frank-secondary", "from": "frank-secondary", "to": "frank-zealot"}]
+    assert renames == [{"from": "frank-secondary", "to": "frank-zealot"}]
 
 
 def _ensure(dest, files, check=False, diff=False):
