@@ -18,7 +18,8 @@ description:
     O(allowed_hosts), no frame shows a login form (a password input or authentik's C(uidField)) and
     its main response answered below 500.
   - Between links the crawl returns to the homepage. An app that keeps redirecting its top frame
-    can cancel that navigation (C(net::ERR_ABORTED)); only that cancel is re-issued, at most
+    can cancel that navigation (C(net::ERR_ABORTED), or in Playwright's words for the same cancel
+    C(is interrupted by another navigation)); only that cancel is re-issued, at most
     O(home_retries) times, each counted in the result. Any other error fails the link the crawl was
     returning from, not the crawl. O(deadline) bounds the whole gate.
   - Writes C(report.json) and a PNG screenshot per failing link into O(report_dir), then fails when

@@ -89,12 +89,14 @@ def test_only_the_navigation_abort_is_tolerated(message, tolerated):
 
 class FakePage:
     """Answers each goto from a script: None lands on the URL, a string raises it as Playwright
-    would; `lands_anyway` makes the page arrive home after an abort (ours landed late)."""
+    would; `lands_anyway` makes the page arrive home after an abort (ours landed late); each URL
+    of `drifts` is where the page left behind takes the frame after one landing, in turn."""
 
-    def __init__(self, script: list[str | None], url: str = "https://home.example/plex/web/", lands_anyway: bool = False) -> None:
+    def __init__(self, script: list[str | None], url: str = "https://home.example/plex/web/", lands_anyway: bool = False, drifts=()) -> None:
         self.script = list(script)
         self.url = url
         self.lands_anyway = lands_anyway
+        self.drifts = list(drifts)
         self.gotos: list[str] = []
 
     def goto(self, url: str, *, timeout: float, wait_until: str):
@@ -110,6 +112,10 @@ class FakePage:
         if not predicate(self.url):
             raise gate.PlaywrightError(f"Timeout {timeout:.0f}ms exceeded.")
 
+    def wait_for_timeout(self, timeout: float) -> None:
+        if self.drifts:
+            self.url = self.drifts.pop(0)
+
 
 def test_the_way_home_reissues_each_abort_and_counts_it():
     page = FakePage([SEED_ABORT, INTERRUPTED, None])
@@ -121,6 +127,29 @@ def test_an_abort_whose_navigation_landed_home_is_not_reissued():
     page = FakePage([INTERRUPTED], lands_anyway=True)
     assert return_home(page, HOME, 15, retries=5) == [INTERRUPTED]
     assert page.gotos == [HOME]
+
+
+def test_a_landing_the_page_left_behind_navigates_over_is_reissued():
+    loop = "https://home.example/plex/web/index.html#!/signin"
+    page = FakePage([None, None], drifts=[loop])
+    (reissue,) = return_home(page, HOME, 15, retries=5)
+    assert reissue == f"landed home, then the page left behind navigated over it to {loop}"
+    assert page.gotos == [HOME, HOME] and page.url == HOME
+
+
+def test_a_landing_taken_back_before_the_first_look_is_reissued():
+    loop = "https://home.example/plex/web/index.html#!/signin"
+    page = FakePage([None, None])
+    landings = iter([loop, HOME])
+    page.goto = lambda url, **_: (page.gotos.append(url), setattr(page, "url", next(landings)))
+    assert return_home(page, HOME, 15, retries=5) == [f"landed home, then the page left behind navigated over it to {loop}"]
+    assert page.gotos == [HOME, HOME]
+
+
+def test_a_homepage_that_redirects_once_is_home_where_it_landed():
+    page = FakePage([None])
+    page.goto = lambda url, **_: setattr(page, "url", "https://home.example/index.html")
+    assert return_home(page, HOME, 15, retries=0, landed_url="https://home.example/index.html") == []
 
 
 @pytest.mark.parametrize(
@@ -276,7 +305,7 @@ class FakeSitePage(FakePage):
 def test_a_failing_link_does_not_stop_the_crawl_and_the_deadline_bounds_it(tmp_path):
     clock = FakeClock()
     page = FakeSitePage({"https://home.example/b": 502}, ["/a", "/b", "/c", "/d"], clock)
-    # Each link costs 1 s out and 1 s home, plus a 0.5 s quiet period: /d would start at 9 s.
+    # Each link costs 1 s out, 0.5 s settling, 1 s home and 0.3 s staying there: /d would start at 9.9 s.
     options = GateOptions(url=HOME, report_dir=str(tmp_path), settle_quiet_s=0.5, deadline_s=9)
     report = Crawl(page, options, clock).run()
     verdicts = {link.url: link for link in report.links}

@@ -24,12 +24,14 @@ cancel that navigation; Chromium reports it as ``net::ERR_ABORTED`` (seed 004: t
 outside the try, once as a 420 s timeout of the deploy gate). Only that cancel is re-issued, at
 most ``home_retries`` times, each re-issue counted in the report; Playwright names the same
 cancel "is interrupted by another navigation" when the page's own navigation is announced before
-our request is cancelled, so that wording is the same class. Any other error fails the link being
-returned from, never the whole crawl, and ``deadline_s`` bounds the whole gate.
+our request is cancelled, so that wording is the same class, and so is a landing the page left
+behind takes back a moment later (return_home). Any other error fails the link being returned
+from, never the whole crawl, and ``deadline_s`` bounds the whole gate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -251,6 +253,8 @@ class Page(Protocol):
 
     def wait_for_url(self, url: Callable[[str], bool], *, wait_until: str, timeout: float) -> None: ...
 
+    def wait_for_timeout(self, timeout: float) -> None: ...
+
 
 def same_page(a: str, b: str) -> bool:
     """Equal up to the fragment and an empty path ('http://h' is 'http://h/')."""
@@ -258,31 +262,44 @@ def same_page(a: str, b: str) -> bool:
     return (left.scheme, left.netloc, left.path or "/", left.query) == (right.scheme, right.netloc, right.path or "/", right.query)
 
 
-def return_home(page: Page, home_url: str, timeout_s: float, retries: int, landing_s: float = 2.0) -> list[str]:
+def return_home(page: Page, home_url: str, timeout_s: float, retries: int, landed_url: str = "", landing_s: float = 2.0, stay_s: float = 0.3) -> list[str]:
     """Navigate back to the homepage, re-issuing only a navigation abort, at most `retries` times.
     Returns the abort each try met; any other error (and an abort past the retries) raises
     WayHomeError, which fails the link the crawl was returning from.
 
     Playwright also reports the abort when another document commits while ours is still on its
     way, and ours may then land after all: each abort first waits up to landing_s for the
-    homepage, so that a late landing is not raced by a re-issue (nor later by the next link)."""
+    homepage, so that a late landing is not raced by a re-issue (nor later by the next link).
+    A landing is kept only once the page stayed home for stay_s: the page left behind may still
+    commit its own navigation over ours, the same cancel arriving late, counted and re-issued.
+    landed_url is where the homepage's first visit ended (a homepage may redirect once)."""
+
+    def at_home(url: str) -> bool:
+        return same_page(url, home_url) or (bool(landed_url) and same_page(url, landed_url))
+
     reissues: list[str] = []
     while True:
         try:
             page.goto(home_url, timeout=timeout_s * 1000, wait_until="load")
-            return reissues
+            message = ""
         except PlaywrightError as exc:
             message = _first_line(exc)
             if not is_navigation_abort(message):
                 raise WayHomeError(message, reissues) from exc
-            reissues.append(message)
-            try:
-                page.wait_for_url(lambda url: same_page(url, home_url), wait_until="load", timeout=min(landing_s, timeout_s) * 1000)
+            with contextlib.suppress(PlaywrightError):  # not home in time: ours was cancelled for good
+                page.wait_for_url(at_home, wait_until="load", timeout=min(landing_s, timeout_s) * 1000)
+        landed = at_home(page.url)
+        if landed:
+            page.wait_for_timeout(stay_s * 1000)
+            if at_home(page.url):
+                if message:
+                    reissues.append(message)
                 return reissues
-            except PlaywrightError:
-                pass  # not home: ours was cancelled for good
-            if len(reissues) > retries:
-                raise WayHomeError(f"{message} (still, after {retries} re-issues)", reissues) from exc
+        if landed or not message:  # Playwright saw ours land; the page left behind took the frame back
+            message = f"{message or 'landed home'}, then the page left behind navigated over it to {page.url}"
+        reissues.append(message)
+        if len(reissues) > retries:
+            raise WayHomeError(f"{message} (still, after {retries} re-issues)", reissues)
 
 
 def collect_links(home_url: str, hrefs: list[str]) -> list[str]:
@@ -413,7 +430,7 @@ class Crawl:
                 continue
             verdict = self._verdict(index, self._observe(link), link_started)
             try:
-                verdict.home_reissues = return_home(self.page, self.options.url, self._timeout(), self.options.home_retries)
+                verdict.home_reissues = return_home(self.page, self.options.url, self._timeout(), self.options.home_retries, home.final_url)
             except WayHomeError as exc:
                 verdict.home_reissues = exc.reissues
                 verdict.reasons.append(f"way home: {exc}")
