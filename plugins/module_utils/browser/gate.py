@@ -334,13 +334,18 @@ def _login_form_frame(page, attempts: int = 20) -> str:
     return f"{page.url} (not inspected: {last_error})"
 
 
-def _screenshot(page, report_dir: str, index: int) -> str:
+def _screenshot(page, report_dir: str, index: int, attempts: int = 3) -> str:
+    """The failing page as a PNG; Chromium may refuse a capture while its error page swaps in."""
     path = os.path.join(report_dir, f"link-{index:02d}.png")
-    try:
-        page.screenshot(path=path, timeout=5000)
-    except PlaywrightError as exc:
-        return f"(none: {_first_line(exc)})"
-    return path
+    error = ""
+    for _ in range(attempts):
+        try:
+            page.screenshot(path=path, timeout=5000)
+            return path
+        except PlaywrightError as exc:
+            error = _first_line(exc)
+            page.wait_for_timeout(250)
+    return f"(none: {error})"
 
 
 class Crawl:
