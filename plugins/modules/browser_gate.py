@@ -45,8 +45,8 @@ options:
     required: true
   selectors:
     description:
-      - CSS selectors of the links to crawl on the homepage; every match's C(href) is crawled once,
-        in page order.
+      - CSS selectors of the links to crawl on the homepage; each page their C(href)s name is
+        crawled once (hrefs differing only in the fragment are one page).
       - The default is the homepage contract, the service cards and the docs link.
     type: list
     elements: str

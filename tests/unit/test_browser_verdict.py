@@ -220,8 +220,13 @@ def test_the_quiet_period_must_be_whole():
 
 
 def test_the_homepage_contract_yields_each_link_once_resolved():
-    hrefs = ["/plex", "https://chat.example/", "/plex", "/docs#models", "mailto:ops@example", "javascript:void(0)", " /docs "]
-    assert collect_links(HOME, hrefs) == ["https://home.example/plex", "https://chat.example/", "https://home.example/docs#models", "https://home.example/docs"]
+    hrefs = ["/plex", "https://chat.example/", "/plex", "/docs#models", "mailto:ops@example", "javascript:void(0)", " /docs ", "/docs#frank-large", "/admin"]
+    assert collect_links(HOME, hrefs) == [
+        "https://home.example/plex",
+        "https://chat.example/",
+        "https://home.example/docs#models",
+        "https://home.example/admin",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ The homepage contract (what the gate expects of the page it starts from):
   - the gate starts at one homepage URL and judges that page itself;
   - every element matching one of the link selectors (default ``a.card`` for the service cards,
     ``a[href$="/docs"]`` and ``a.docs-link`` for the docs page) is a link to crawl; its ``href`` is
-    resolved against the homepage, fragments are kept, duplicates are crawled once, in page order;
+    resolved against the homepage and each page is crawled once (hrefs differing only in the
+    fragment are one page), in the selectors' order, then page order;
   - a homepage where no selector matches fails (an empty page must not pass the gate).
 
 The per-link verdict (``judge``), each check named as the report names it:
@@ -303,11 +304,13 @@ def return_home(page: Page, home_url: str, timeout_s: float, retries: int, lande
 
 
 def collect_links(home_url: str, hrefs: list[str]) -> list[str]:
-    """The links to crawl: hrefs resolved against the homepage, http(s) only, first occurrence kept."""
+    """The links to crawl: hrefs resolved against the homepage, http(s) only, one per page (the
+    first href of a page is kept, fragment and all: model cards all pointing into /docs#models
+    are one crawl of /docs)."""
     links: list[str] = []
     for href in hrefs:
         link = urljoin(home_url, href.strip())
-        if urlsplit(link).scheme in ("http", "https") and link not in links:
+        if urlsplit(link).scheme in ("http", "https") and not any(same_page(link, kept) for kept in links):
             links.append(link)
     return links
 
@@ -322,7 +325,7 @@ def _login_form_frame(page, attempts: int = 20) -> str:
     the frame's context under a query, so the look is repeated; never seen whole, it counts as
     a leak (the gate fails closed)."""
     last_error = ""
-    for _ in range(attempts):
+    for _attempt in range(attempts):
         try:
             for frame in page.frames:
                 if frame.locator(LOGIN_FORM_SELECTOR).count():
@@ -338,7 +341,7 @@ def _screenshot(page, report_dir: str, index: int, attempts: int = 3) -> str:
     """The failing page as a PNG; Chromium may refuse a capture while its error page swaps in."""
     path = os.path.join(report_dir, f"link-{index:02d}.png")
     error = ""
-    for _ in range(attempts):
+    for _attempt in range(attempts):
         try:
             page.screenshot(path=path, timeout=5000)
             return path
@@ -429,7 +432,7 @@ class Crawl:
         for index, link in enumerate(links, start=1):
             link_started = self.clock()
             if self.clock() >= self.deadline:
-                checks, _ = judge(Observation(url=link, error="not crawled"))
+                checks = judge(Observation(url=link, error="not crawled"))[0]
                 late = f"deadline: the gate's {self.options.deadline_s:g} s passed before this link"
                 verdicts.append(LinkVerdict(link, hostname(link), "", None, checks=checks, reasons=[late]))
                 continue
