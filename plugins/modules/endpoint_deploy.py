@@ -109,6 +109,27 @@ options:
         description: The payload's manifest (what M(frank.llm_fleet.hf_payload_gate) verified).
         type: path
         required: true
+      generations:
+        description:
+          - Payload generations kept, K (C(0), one payload directory). With K >= 1, O(payload.dir) is a
+            symlink to the payload's generation (C(DIR.generations/SHA256), named by the manifest's
+            sha256, made by O(frank.llm_fleet.hf_payload_gate#module:state=generation)). The link is swapped
+            atomically to this payload's generation just before the unit restarts (a moved link always
+            restarts it), and a rollback or restore points it back at the generation the known-good
+            record names, bringing it back from C(.purge-staged/) by a rename, or refusing, naming it,
+            when it was purged.
+          - After a green deploy, in the same call, generations past the K most recently served are
+            renamed into C(DIR.generations/.purge-staged/) (C(steps.payload_retention)).
+        type: int
+        default: 0
+      keep_rejected:
+        description: C(NAME.rejected-*) copies kept per file after a green deploy; older ones are staged for purge (generations or not).
+        type: int
+        default: 2
+      purge_approved:
+        description: After a green deploy, delete what C(.purge-staged/) holds, naming each entry and the bytes freed. Never without it.
+        type: bool
+        default: false
   retire_units:
     description:
       - Units of an old runtime to retire before this endpoint starts (the port may be theirs) -
@@ -165,6 +186,16 @@ steps:
     record:
       description: The last-known-good record - C(path), C(changed), and C(diff) (the record has no secrets).
       type: dict
+    payload_retention:
+      description:
+        - With O(payload), what the retention did after the green deploy - C(kept) (generations), C(staged)
+          (C(name), C(kind), C(bytes), C(staged_as)), C(awaiting_approval), C(purged), C(bytes_freed), C(msg).
+      type: dict
+    payload:
+      description:
+        - With O(payload.generations), the switch of the payload link - C(generation), C(dir), C(previous)
+          (the generation it pointed at), C(unstaged) when a staged generation was brought back, C(actions).
+      type: dict
 actions:
   description:
     - Every change made on the host (commands as argv, files written or removed, by path only), in
@@ -190,7 +221,9 @@ rolled_back:
   returned: always
   type: bool
 generations:
-  description: The known-good records kept - C(generation) (0 is the last-known-good), C(written), C(runtime), C(served_id), C(port).
+  description:
+    - The known-good records kept - C(generation) (0 is the last-known-good), C(written), C(runtime), C(served_id), C(port),
+      and with payload generations C(payload) (its C(generation) and C(on_disk) - kept, staged or purged).
   returned: success
   type: list
   elements: dict
@@ -227,7 +260,16 @@ def main() -> None:
             "generation": {"type": "int", "default": 0},
             "keep_generations": {"type": "int", "default": 3},
             "retire_units": {"type": "list", "elements": "str", "default": []},
-            "payload": {"type": "dict", "options": {"dir": {"type": "path", "required": True}, "manifest": {"type": "path", "required": True}}},
+            "payload": {
+                "type": "dict",
+                "options": {
+                    "dir": {"type": "path", "required": True},
+                    "manifest": {"type": "path", "required": True},
+                    "generations": {"type": "int", "default": 0},
+                    "keep_rejected": {"type": "int", "default": 2},
+                    "purge_approved": {"type": "bool", "default": False},
+                },
+            },
         },
         supports_check_mode=True,
     )

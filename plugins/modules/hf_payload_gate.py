@@ -33,6 +33,16 @@ description:
     exactly O(files) (sizes and sha256 from the tree API, cross-checked with a HEAD on each resolve
     URL that does not follow the CDN redirect).
   - The token is sent only to the Hub (never to a CDN) and never appears in results or logs.
+  - O(state=generation) readies the payload generation of O(manifest) (a file on the host) for O(dest).
+    Payloads live in C(DEST.generations/SHA256), named by the manifest's sha256, and O(dest) is a
+    symlink to the one the deployed shape runs (M(frank.llm_fleet.endpoint_deploy) swaps it). A
+    directory at O(dest) from before generations is adopted by a rename, a staged generation is
+    brought back by a rename, a new one gets hard links to the files the current one holds with the
+    same path, size and digest. Weights are never copied. Fetch and verify into the returned C(dir).
+  - O(state=retain) keeps the O(keep) most recently served generations (the current one always) and
+    the newest O(keep_rejected) C(NAME.rejected-*) copies per file; the rest are renamed into
+    C(DEST.generations/.purge-staged/) and reported with their sizes. Staged entries are deleted only
+    with O(purge_approved=true), each named with the bytes it freed.
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
@@ -41,7 +51,7 @@ options:
   state:
     description: What to do.
     type: str
-    choices: [verify, fetch, manifest]
+    choices: [verify, fetch, manifest, generation, retain]
     default: verify
   manifest:
     description:
@@ -111,6 +121,20 @@ options:
     description: Seconds to wait on a Hub or CDN socket before giving up.
     type: int
     default: 60
+  keep:
+    description: With O(state=retain), payload generations kept on disk, the current one included (C(0) stages none).
+    type: int
+    default: 2
+  keep_rejected:
+    description: With O(state=retain), C(NAME.rejected-*) copies kept per file, the newest first.
+    type: int
+    default: 2
+  purge_approved:
+    description:
+      - With O(state=retain), delete what C(.purge-staged/) holds (after staging). Without it nothing
+        is ever deleted; the staged entries are listed with their sizes.
+    type: bool
+    default: false
 notes:
   - Long fetches suit Ansible's C(async)/C(poll); read O(progress_file) while polling.
 seealso:
@@ -170,6 +194,38 @@ manifest:
   description: The manifest, as written (O(state=manifest)).
   returned: when state is manifest
   type: dict
+generation:
+  description: The manifest's sha256, the name of its payload generation (O(state=generation)).
+  returned: when state is generation
+  type: str
+dir:
+  description: The generation's directory, where fetch and verify go (O(state=generation)).
+  returned: when state is generation
+  type: str
+shared:
+  description: Files hard-linked from the current generation (same path, size and digest) instead of fetched.
+  returned: when state is generation
+  type: list
+  elements: str
+staged:
+  description: What O(state=retain) renamed into C(.purge-staged/) - C(name), C(kind) (generation or rejected), C(bytes), C(staged_as).
+  returned: when state is retain
+  type: list
+  elements: dict
+awaiting_approval:
+  description: The entries C(.purge-staged/) holds, with C(bytes) and C(frees) (bytes not hard-linked elsewhere), left until O(purge_approved).
+  returned: when state is retain
+  type: list
+  elements: dict
+purged:
+  description: The entries deleted with O(purge_approved), each with C(bytes) and C(frees).
+  returned: when state is retain
+  type: list
+  elements: dict
+bytes_freed:
+  description: Bytes the purge freed (in check mode, would free).
+  returned: when state is retain
+  type: int
 """
 
 import os
@@ -179,7 +235,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import DEFAULT_CONNECTIONS, FetchError, build_manifest, fetch_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import GenerationError, prepare, retain
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest, parse_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import FileProgress
@@ -280,10 +338,29 @@ def run_manifest(module: AnsibleModule) -> None:
     module.exit_json(**result)
 
 
+def run_generation(module: AnsibleModule) -> None:
+    if not isinstance(module.params["manifest"], str):
+        module.fail_json(msg="manifest: state=generation needs the path of a manifest file on the host (its sha256 names the generation)")
+    host = Host(module.run_command, module.check_mode)
+    result = prepare(module.params["dest"], module.params["manifest"], host)
+    if module._diff:
+        before = f"{module.params['dest']} -> {result['current'] or '(no generation)'}\n"
+        result["diff"] = {"before": before, "after": "".join(f"{action}\n" for action in result["actions"])}
+    module.exit_json(**result)
+
+
+def run_retain(module: AnsibleModule) -> None:
+    host = Host(module.run_command, module.check_mode)
+    result = retain(module.params["dest"], module.params["keep"], module.params["keep_rejected"], module.params["purge_approved"], host)
+    if module._diff:
+        result["diff"] = {"before": "", "after": "".join(f"{a}\n" for a in result["actions"])}
+    module.exit_json(**result)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "state": {"type": "str", "choices": ["verify", "fetch", "manifest"], "default": "verify"},
+            "state": {"type": "str", "choices": ["verify", "fetch", "manifest", "generation", "retain"], "default": "verify"},
             "manifest": {"type": "raw"},
             "dest": {"type": "path"},
             "repo_id": {"type": "str"},
@@ -300,14 +377,22 @@ def main() -> None:
             "allow_symlinks": {"type": "bool", "default": False},
             "progress_file": {"type": "path"},
             "timeout": {"type": "int", "default": 60},
+            "keep": {"type": "int", "default": 2},
+            "keep_rejected": {"type": "int", "default": 2},
+            "purge_approved": {"type": "bool", "default": False},
         },
-        required_if=[("state", "verify", ["manifest", "dest"]), ("state", "fetch", ["manifest", "dest"])],
+        required_if=[
+            ("state", "verify", ["manifest", "dest"]),
+            ("state", "fetch", ["manifest", "dest"]),
+            ("state", "generation", ["manifest", "dest"]),
+            ("state", "retain", ["dest"]),
+        ],
         supports_check_mode=True,
     )
-    runners = {"verify": run_verify, "fetch": run_fetch, "manifest": run_manifest}
+    runners = {"verify": run_verify, "fetch": run_fetch, "manifest": run_manifest, "generation": run_generation, "retain": run_retain}
     try:
         runners[module.params["state"]](module)
-    except (ManifestError, HubError, FetchError) as exc:
+    except (ManifestError, HubError, FetchError, GenerationError) as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
         module.fail_json(msg=f"{exc}", exception=traceback.format_exc())

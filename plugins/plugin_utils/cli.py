@@ -63,9 +63,15 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest i
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import BarProgress
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import GENERATED, EndpointFacts, client_key_env, exported_series, generate
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import (
+    EndpointFacts,
+    exported_series,
+    facts_from_hostvars,
+    generate,
+    serialise,
+)
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.ledger_svg import render_svg
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.plots import render_bench_png, render_ledger_png
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.plots import render_ledger_png, render_stored_bench, write_bench_outputs
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.tree_writer import write_tree
 
 # The collection root: the checkout, or the installed ansible_collections/frank/llm_fleet, whose
@@ -256,24 +262,9 @@ def _served_model(endpoint: Endpoint) -> str:
     return str(models[0]["id"])
 
 
-def write_bench_outputs(report: dict, stem: Path, with_json: bool = True) -> list[Path]:
-    """RESULT.json (unless rendering a stored one), RESULT.txt (the table) and RESULT.png (the plot)."""
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".txt"), stem.with_suffix(".png")]
-    paths[0].write_text(render_bench_table(report) + "\n")
-    render_bench_png(report, str(paths[1]))
-    if with_json:
-        paths.insert(0, stem.with_suffix(".json"))
-        paths[0].write_text(json.dumps(report, indent=2) + "\n")
-    return paths
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.action == "render":
-        source = Path(args.result)
-        report = json.loads(source.read_text())
-        report = report.get("bench", report)  # the playbook stores {bench, probe}
-        paths = write_bench_outputs(report, source.with_suffix(""), with_json=False)
+        report, paths = render_stored_bench(args.result)
     else:
         if not args.arm:
             raise SystemExit("llm-fleet: bench needs at least one --arm NAME=URL")
@@ -290,7 +281,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SystemExit(f"llm-fleet: {exc}") from None
         stem = Path(args.output) / f"bench-{report['run_id']}"
-        paths = write_bench_outputs(report, stem)
+        paths = write_bench_outputs(report, str(stem))
     print(render_bench_table(report))
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     for warning in report["warnings"]:
@@ -344,9 +335,11 @@ def cmd_records(args: argparse.Namespace) -> int:
     if not listed:
         print(f"{args.record_dir}: no known-good record")
         return 1
-    print(f"{'generation':>10}  {'written':<20}  {'runtime':<8}  {'served_id':<24}  port")
+    print(f"{'generation':>10}  {'written':<20}  {'runtime':<8}  {'served_id':<24}  {'port':<5}  payload (generation, on disk)")
     for row in listed:
-        print(f"{row['generation']:>10}  {row['written']:<20}  {row['runtime'] or '-':<8}  {row['served_id'] or '-':<24}  {row['port'] or '-'}")
+        # With payload generations: whether a rollback to this record finds its payload.
+        payload = f"{row['payload']['generation'][:12]} {row['payload']['on_disk']}" if row.get("payload") else "-"
+        print(f"{row['generation']:>10}  {row['written']:<20}  {row['runtime'] or '-':<8}  {row['served_id'] or '-':<24}  {row['port'] or '-':<5}  {payload}")
     return 0
 
 
@@ -366,33 +359,8 @@ def inventory_endpoints(inventory: str, calibration_dir: str | None) -> tuple[li
     boots = load_boots(calibration_dir)
     endpoints = []
     for name, hv in sorted(endpoint_hostvars(data).items()):
-        endpoints.append(
-            EndpointFacts(
-                name=name,
-                host=name,
-                address=str(hv.get("ansible_host", name)),
-                shape=hv["endpoint_shape"],
-                devices=hv.get("endpoint_devices") or [],
-                boots=[b for b in boots if b.get("endpoint") == name],
-                # Only whether a key is declared (a vaulted value stays encrypted here) and its variable.
-                api_key_env=client_key_env(name, str(hv.get("endpoint_api_key_env") or "")) if hv.get("endpoint_api_key") else "",
-            )
-        )
+        endpoints.append(facts_from_hostvars(name, hv, [b for b in boots if b.get("endpoint") == name]))
     return endpoints, calibration_dir
-
-
-def _serialise(relative: str, value) -> bytes:
-    if isinstance(value, str):
-        return value.encode()
-    header = f"---\n# {GENERATED}\n"
-    return (header + yaml.dump(value, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=1000)).encode()
-
-
-class _IndentedDumper(yaml.SafeDumper):
-    """Lists indented under their key, as yamllint (and most people) expect."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        super().increase_indent(flow, False)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -412,7 +380,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for problem in artifacts.problems:
             print(f"SERIES CHECK FAILED: {problem}", file=sys.stderr)
         return 1
-    files = {path: _serialise(path, value) for path, value in artifacts.files.items()}
+    files = {path: serialise(value) for path, value in artifacts.files.items()}
     with tempfile.TemporaryDirectory() as scratch:
         for relative, (result, title) in artifacts.ledgers.items():
             picture = os.path.join(scratch, "ledger.png")

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import yaml
+
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import compare_boot, stored_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import models_entry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
@@ -41,6 +43,7 @@ class EndpointFacts:
     boots: list[dict[str, Any]] = field(default_factory=list)  # stored boot ledgers, oldest first
     payload_dir: str = ""
     api_key_env: str = ""  # the clients' variable for the endpoint's key; empty when it has none
+    description: str = ""  # a sentence for the homepage card (endpoint_description)
 
     @cached_property
     def typed(self) -> Shape:
@@ -76,6 +79,48 @@ class Artifacts:
     ledgers: dict[str, tuple[BudgetResult | None, str]] = field(default_factory=dict)  # picture path -> (result, title or why not)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # the series check: any entry fails the run
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Lists indented under their key, as yamllint (and most people) expect."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def serialise(value: Any) -> bytes:
+    """A generated file's bytes: text as it is, data as YAML under the generated-by header."""
+    if isinstance(value, str):
+        return value.encode()
+    header = f"---\n# {GENERATED}\n"
+    return (header + yaml.dump(value, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=1000)).encode()
+
+
+def facts_from_hostvars(name: str, hv: Any, boots: list[dict[str, Any]] | None = None) -> EndpointFacts:
+    """An endpoint as its inventory host's variables place it: the endpoint is the host, its address
+    the host's ansible_host. Of the key only whether one is declared is read (a vaulted value stays
+    encrypted) and the variable the clients read it from."""
+    return EndpointFacts(
+        name=name,
+        host=name,
+        address=str(hv.get("ansible_host", name)),
+        shape=hv["endpoint_shape"],
+        devices=hv.get("endpoint_devices") or [],
+        boots=list(boots or []),
+        api_key_env=client_key_env(name, str(hv.get("endpoint_api_key_env") or "")) if _declared(hv, "endpoint_api_key") else "",
+        description=str(hv.get("endpoint_description") or ""),
+    )
+
+
+def _declared(hv: Any, name: str) -> bool:
+    # Inventory data: a plain or vaulted value. A play's hostvars also holds the role default ("").
+    return bool(hv.get(name))
+
+
+def client_fragments(endpoints: list[EndpointFacts]) -> dict[str, str]:
+    """The harness's models.yml fragment per endpoint, by file name: what `llm-fleet generate`
+    writes under client/ and what a deploy writes to fleet_client_dir."""
+    return {f"{facts.name}.models.yml": serialise({"models": [facts.client_entry]}).decode() for facts in endpoints}
 
 
 def client_key_env(endpoint: str, declared: str = "") -> str:

@@ -8,9 +8,14 @@ draw, do not need it.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import render_bench_table
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
+
+MAX_RESULT_BYTES = 16 * 1024 * 1024  # a stored bench result is a few KiB
 
 SIZE_INCHES = (10.0, 6.0)
 DPI = 100  # 1000 x 600 pixels
@@ -94,3 +99,26 @@ def render_ledger_png(result: dict[str, Any] | None, path: str, title: str = "")
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)
+
+
+def write_bench_outputs(report: dict[str, Any], stem: str, with_json: bool = True) -> list[Path]:
+    """RESULT.json (unless rendering a stored one), RESULT.txt (the table) and RESULT.png (the plot)."""
+    base = Path(stem)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    paths = [base.with_suffix(".txt"), base.with_suffix(".png")]
+    paths[0].write_text(render_bench_table(report) + "\n")
+    render_bench_png(report, str(paths[1]))
+    if with_json:
+        paths.insert(0, base.with_suffix(".json"))
+        paths[0].write_text(json.dumps(report, indent=2) + "\n")
+    return paths
+
+
+def render_stored_bench(result_path: str) -> tuple[dict[str, Any], list[Path]]:
+    """The table and the plot beside a stored result (the bench playbook stores {bench, probe})."""
+    source = Path(result_path)
+    if source.stat().st_size > MAX_RESULT_BYTES:
+        raise ValueError(f"{source}: larger than {MAX_RESULT_BYTES} bytes; not a bench result")
+    report = json.loads(source.read_text())
+    report = report.get("bench", report)
+    return report, write_bench_outputs(report, str(source.with_suffix("")), with_json=False)

@@ -52,7 +52,7 @@ def boot_log(image: str, model: str, args: list[str], until: str = "llama_kv_cac
                 break
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, env=_env(), check=False)
-        proc.wait(timeout=30)
+        proc.communicate(timeout=30)  # drain: a verbose engine blocks on a full pipe and never exits
     return "".join(lines)
 
 

@@ -176,6 +176,7 @@ def remove_endpoint(name: str, host: str = HOST) -> None:
         f"/etc/llm-fleet/{name}.last-good-secrets.json",
         f"/var/lib/llm-fleet/{name}",
         f"/var/cache/{name}",
+        f"/var/lib/prometheus/node-exporter/llm_fleet_{unit}.prom",
         host=host,
     )
     on_host("systemctl", "daemon-reload", host=host)

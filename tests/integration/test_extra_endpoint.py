@@ -4,12 +4,10 @@ frank-secondary's settings) and `playbooks/deploy.yml --limit frank-extra` deplo
 gate, with nothing under roles/ or playbooks/ changed and frank-secondary untouched."""
 
 import json
-import shutil
 import subprocess
 
 import pytest
-import yaml
-from lab_host import HOST, ROOT, failures, on_host, playbook, require_lab_host, unit_property
+from lab_host import ROOT, extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, unit_property
 
 pytestmark = pytest.mark.lab
 
@@ -25,46 +23,12 @@ def roles_and_playbooks_status() -> str:
     return subprocess.run(["git", "status", "--porcelain", "--", "roles", "playbooks"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
-def remove_extra_endpoint() -> None:
-    """Everything the deploy created on the lab host for frank-extra."""
-    on_host("systemctl", "disable", "--now", UNIT, check=False)
-    on_host("podman", "rm", "-f", "--ignore", NAME, check=False)
-    on_host(
-        "rm",
-        "-rf",
-        f"/etc/systemd/system/{UNIT}",
-        f"/etc/llm-fleet/{NAME}.env",
-        f"/etc/llm-fleet/{NAME}.podman.env",
-        f"/var/lib/llm-fleet/{NAME}",
-        f"/var/cache/{NAME}",
-        f"/var/lib/prometheus/node-exporter/llm_fleet_{UNIT}.prom",
-    )
-    on_host("systemctl", "daemon-reload")
-    on_host("systemctl", "reset-failed", UNIT, check=False)
-
-
 @pytest.fixture
 def extra_inventory(tmp_path, request):
-    """inventories/lab copied to TMP/inventories/lab (TMP/.lab links the lab's facts, as ../../.lab
-    does in the tree) with the host frank-extra added; the lab host is cleaned up afterwards."""
-    inventory = tmp_path / "inventories" / "lab"
-    shutil.copytree(ROOT / "inventories" / "lab", inventory)
-    (tmp_path / ".lab").symlink_to(ROOT / ".lab")
-    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
-    hosts["all"]["children"]["llm_endpoints"]["hosts"][NAME] = {"ansible_host": HOST}
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    secondary = yaml.safe_load((inventory / "host_vars" / "frank-secondary.yml").read_text())
-    extra = {
-        **secondary,
-        "endpoint_shape": {**secondary["endpoint_shape"], "port": PORT},
-        "endpoint_container": {**secondary["endpoint_container"], "cache_dir": f"/var/cache/{NAME}"},
-        # This test's boots and bench results stay in its own directory, not in the lab's store.
-        "llm_fleet_calibration_dir": str(tmp_path / "calibration"),
-        "llm_fleet_bench_dir": str(tmp_path / "bench"),
-    }
-    (inventory / "host_vars" / f"{NAME}.yml").write_text(yaml.safe_dump(extra))
-    request.addfinalizer(remove_extra_endpoint)
-    return inventory
+    """inventories/lab copied under TMP with the host frank-extra added (frank-secondary's settings on
+    its own port and cache directory, its boots and bench results in TMP); removed afterwards."""
+    request.addfinalizer(lambda: remove_endpoint(NAME))
+    return extra_endpoint_inventory(tmp_path, NAME, PORT)
 
 
 def test_a_fourth_endpoint_is_an_inventory_edit_only(tmp_path, extra_inventory):

@@ -45,6 +45,8 @@ LLAMACPP_KV_FIGURES = {"kv_buffer": "total_bytes", "kv_k": "k_bytes", "kv_v": "v
 # Rules a pre-deploy gate can know, but from the engine command line's known-bad shapes
 # (host/engine_argv.py), not from memory arithmetic.
 ARGV_RULES = {"compile_seqs2", "spec_chain", "draft_depth"}
+# Failure rules the typed shape itself refuses (shape/model.py), and the field its error names.
+SHAPE_RULES = {"kv_dtype_illegal": "kv_cache_dtype", "spec_chain": "spec_type: ", "draft_depth": "draft_max: "}
 
 
 def seeds_dir() -> Path | None:
@@ -210,11 +212,11 @@ def test_replay(case):
     failure = case.get("failure") or {}
     rule = failure.get("rule")
     if isinstance(result, ShapeError):
-        if case["outcome"] != "served" and rule == "kv_dtype_illegal" and "kv_cache_dtype" in str(result):
+        if case["outcome"] != "served" and rule in SHAPE_RULES and SHAPE_RULES[rule] in str(result):
             return  # refused by the shape itself, for the seeds' reason
         if case["outcome"] != "served" and rule == "other" and "gpu_memory_utilization" in str(result) and "1.0" in str(result):
             return  # seeds/004: "the UTIL 1.0 verdict (unbootable ...)"
-        pytest.skip(f"not priceable from the seeds' fields: {result}")
+        pytest.skip(f"not priceable from the seeds' fields: {result}" + (f" ({case['unpriced']})" if case.get("unpriced") else ""))
     if case["outcome"] == "served":
         assert result.fits, [v.message for v in result.failures]
     elif not failure.get("gate_can_know"):

@@ -18,6 +18,7 @@ def write_gguf(
     extra_kv: dict | None = None,
     tensor_dtype=np.float16,
     extra_tensors: int = 0,
+    n_expert: int = 0,
 ) -> Path:
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(n_layer)
@@ -42,11 +43,36 @@ def write_gguf(
         writer.add_tensor(f"blk.{il}.attn_k.weight", np.zeros((max(kv, 1), n_embd), dtype=tensor_dtype))
         writer.add_tensor(f"blk.{il}.attn_v.weight", np.zeros((max(kv, 1), n_embd), dtype=tensor_dtype))
         writer.add_tensor(f"blk.{il}.ffn_down.weight", np.zeros((n_embd, 2 * n_embd * (il + 1)), dtype=tensor_dtype))
+        if n_expert:
+            # A MoE block as llama.cpp names it: the router and the routed experts' three matrices.
+            writer.add_tensor(f"blk.{il}.ffn_gate_inp.weight", np.zeros((n_expert, n_embd), dtype=np.float32))
+            for part in ("gate", "up", "down"):
+                writer.add_tensor(f"blk.{il}.ffn_{part}_exps.weight", np.zeros((n_expert, 2 * n_embd, n_embd), dtype=tensor_dtype))
     for index in range(extra_tensors):
         writer.add_tensor(f"extra.{index}.weight", np.zeros((1,), dtype=np.float32))
     writer.add_tensor("output.weight", np.zeros((32, n_embd), dtype=tensor_dtype))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def write_gguf_header(path: Path, arch: str, n_layer: int, tensors: list[tuple[str, tuple[int, ...], gguf.GGMLQuantizationType]]) -> Path:
+    """A GGUF with metadata and tensor infos only (no tensor data): the header of a model too large
+    to write, which is all the budget reads. dims as the header lists them (innermost first)."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(n_layer)
+    writer.add_embedding_length(64)
+    writer.add_context_length(4096)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
+    for name, dims, qtype in tensors:
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        elements = int(np.prod(dims))
+        writer.add_tensor_info(name, tuple(reversed(dims)), np.dtype(np.float32), elements // block * size, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
     writer.close()
     return path

@@ -111,3 +111,28 @@ def test_nft_refusing_the_table_fails_the_step(tmp_path, nft_present):
     runner = FakeRunner({(NFT, "list"): [(1, "", "")], (NFT, "-f"): [(1, "", "Error: Could not process rule")]})
     with pytest.raises(StepError, match="firewall: nft refused .*Could not process rule"):
         ensure_firewall("frank-secondary", Firewall("frank-secondary", 7771, ("192.168.0.0/24",)), Host(runner), diff=False, directory=str(tmp_path))
+
+
+def test_a_sandboxed_native_unit_loads_its_table_with_full_privileges(tmp_path):
+    """A LAN-bound native engine runs sandboxed as its own user with no capabilities: its unit's
+    `nft -f` must run with systemd's `+` (full privileges), or the start fails before the engine."""
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import unit_with_firewall
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitSpec, render_unit
+
+    table = [[NFT, "-f", "/etc/llm-fleet/frank-large.nft"]]
+    unit = unit_with_firewall({"pre_start": [["/usr/bin/true"]]}, table)
+    lines = render_unit(
+        UnitSpec(
+            "frank-large.service",
+            ["/usr/bin/llama-server"],
+            user="llm",
+            sandbox=True,
+            pre_start=unit["pre_start"],
+            privileged_pre_start=unit["privileged_pre_start"],
+        )
+    ).splitlines()
+    assert "CapabilityBoundingSet=" in lines
+    starts = [line for line in lines if line.startswith("ExecStartPre=")]
+    assert starts == [f"ExecStartPre=+{NFT} -f /etc/llm-fleet/frank-large.nft", "ExecStartPre=/usr/bin/true"]
+    # Without a firewall the unit is left as it was (no record churn for loopback endpoints).
+    assert unit_with_firewall({"pre_start": []}, []) == {"pre_start": []}

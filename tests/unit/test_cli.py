@@ -80,9 +80,17 @@ def test_records_lists_the_known_good_generations_newest_first(tmp_path):
     shape = {"runtime": "llamacpp", "served_id": "frank-secondary", "port": 7771}
     (record_dir / "last-good.json").write_text(json.dumps({"shape": {**shape, "port": 7772}, "unit": {}}))
     (record_dir / "generations" / "gen-00000000000000000002.json").write_text(json.dumps({"shape": shape, "unit": {}}))
-    (record_dir / "generations" / "gen-00000000000000000001.json").write_text(json.dumps({"shape": {**shape, "runtime": "vllm"}, "unit": {}}))
+    # A record with payload generations says whether its payload is still there for a rollback.
+    payload = {"dir": str(tmp_path / "models" / "tiny"), "generation": "e" * 64}
+    (tmp_path / "models" / "tiny.generations" / ".purge-staged" / ("e" * 64)).mkdir(parents=True)
+    oldest = {"shape": {**shape, "runtime": "vllm"}, "unit": {}, "payload": payload}
+    (record_dir / "generations" / "gen-00000000000000000001.json").write_text(json.dumps(oldest))
     proc = run("records", str(record_dir))
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()[1:]]
-    assert [(r[0], r[2], r[4]) for r in rows] == [("0", "llamacpp", "7772"), ("1", "llamacpp", "7771"), ("2", "vllm", "7771")]
+    assert [(r[0], r[2], r[4], r[5:]) for r in rows] == [
+        ("0", "llamacpp", "7772", ["-"]),
+        ("1", "llamacpp", "7771", ["-"]),
+        ("2", "vllm", "7771", ["eeeeeeeeeeee", "staged"]),
+    ]
     assert run("records", str(tmp_path / "none")).returncode == 1

@@ -210,6 +210,13 @@ def test_override_tensor_is_one_flag_with_specific_patterns_first():
     assert argv[argv.index("--override-tensor") + 1] == "blk\\.1\\.ffn_up_exps=CUDA0,exps=CPU"
 
 
+def test_the_draft_device_is_rendered_and_the_borrow_fact_is_not_a_flag():
+    # Seed 001: the shared MTP head's draft context "on ROCm0" aborted, "ROCm1 loads and serves".
+    argv = engine_argv({**SECONDARY, "spec_type": "draft-mtp", "draft_device": "ROCm1", "drafter_borrows_output": True}, "/m")
+    assert argv[argv.index("--device-draft") + 1] == "ROCm1"
+    assert "borrow" not in " ".join(argv)
+
+
 def test_the_served_id_defaults_to_the_endpoint_name_and_paths_stay_in_the_payload():
     argv = engine_argv({**SECONDARY, "served_id": None}, "/srv/models/frank-secondary", name="frank-secondary")
     assert argv[argv.index("--alias") + 1] == "frank-secondary"

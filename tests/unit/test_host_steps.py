@@ -3,16 +3,20 @@ wait's fail-fast branches, and endpoint_deploy's rollback branches. No systemd, 
 
 import hashlib
 import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 from fake_host import SYSTEMCTL, FakeClock, FakeRunner, fake_process, show, ss_listening
+from generation_payloads import ready, snapshot, write_manifest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import RECORD_FILE, deploy_endpoint
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, HealthSpec, UnitManager
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import prepare, retain
 
 UNIT = "lab.service"
 CGROUP = f"/system.slice/{UNIT}"
@@ -295,3 +299,116 @@ def test_a_restore_refuses_a_payload_file_that_is_gone(tmp_path, dirs):
     restore = {"unit": {"name": UNIT, **dirs}, "record_dir": str(tmp_path / "record"), "restore": True}
     with pytest.raises(StepError, match=r"payload: the known-good shape's payload in .* is not whole: model.gguf \(missing\)"):
         deploy_endpoint(restore, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+
+
+# --- payload generations: a rollback boots the payload its record names ---------------------------
+
+
+def _generation_deploy(tmp_path, dirs, description, generation, start_answers=(OK,), probe=None, state=DEAD, keep=2):
+    runner = FakeRunner({(SYSTEMCTL, "show"): [state], (SYSTEMCTL, "start"): list(start_answers)})
+    payload = {"dir": str(tmp_path / "models" / "tiny"), "manifest": generation["manifest"], "generations": keep}
+    params = {"unit": unit_params(dirs, description=description), "record_dir": str(tmp_path / "record"), "payload": payload}
+    return runner, deploy_endpoint(params, Host(runner), diff=False, probe=probe or (lambda _p: "hello"))
+
+
+def test_a_failed_deploy_of_a_new_payload_rolls_back_to_the_old_payloads_bytes(tmp_path, dirs):
+    # The gap: with one payload directory, a rollback after a payload change booted the new weights.
+    served = tmp_path / "models" / "tiny" / "model.gguf"
+    a = ready(tmp_path / "models" / "tiny", "a", {"model.gguf": b"payload A"})
+    _runner, first = _generation_deploy(tmp_path, dirs, "shape on A", a)
+    assert first["steps"]["payload"]["generation"] == a["generation"] and served.read_bytes() == b"payload A"
+    record = json.loads((tmp_path / "record" / RECORD_FILE).read_text())
+    assert record["payload"]["generation"] == record["payload"]["manifest_sha256"] == a["generation"]
+
+    b = ready(tmp_path / "models" / "tiny", "b", {"model.gguf": b"payload B, bigger"})
+    runner, green = _generation_deploy(tmp_path, dirs, "shape on B", b)
+    # The payload moved: the unit restarts, A stays on disk.
+    assert green["steps"]["payload"]["previous"] == a["generation"] and green["steps"]["unit"]["restarted"]
+    assert served.read_bytes() == b"payload B, bigger" and Path(a["dir"], "model.gguf").read_bytes() == b"payload A"
+    listed = [g["payload"] for g in green["generations"]]
+    assert listed == [{"generation": b["generation"], "on_disk": "kept"}, {"generation": a["generation"], "on_disk": "kept"}]
+    assert green["steps"]["payload_retention"]["kept"] == [b["generation"], a["generation"]] and green["steps"]["payload_retention"]["staged"] == []
+
+    c = ready(tmp_path / "models" / "tiny", "c", {"model.gguf": b"payload C that crashes"})
+    running = show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")
+    runner, _ = _generation_deploy(tmp_path, dirs, "shape on B", b, state=running)  # no-op: nothing moves, no restart
+    assert runner.ran(SYSTEMCTL, "start") == [] and runner.ran(SYSTEMCTL, "stop") == []
+    with pytest.raises(StepError, match="The last-known-good shape is serving again") as failure:
+        _generation_deploy(tmp_path, dirs, "shape on C", c, start_answers=[FAIL, OK])
+    assert failure.value.result["rolled_back"] is True
+    assert served.read_bytes() == b"payload B, bigger" and installed_description(dirs) == "Description=shape on B\n"
+
+    # rollback.yml -e generation=1: the shape on A comes back on A's bytes.
+    restore = {"unit": {"name": UNIT, **dirs}, "record_dir": str(tmp_path / "record"), "restore": True, "generation": 1}
+    restored = deploy_endpoint(restore, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    assert restored["steps"]["payload"]["generation"] == a["generation"]
+    assert served.read_bytes() == b"payload A" and installed_description(dirs) == "Description=shape on A\n"
+
+
+def test_a_restore_of_a_purged_payload_generation_is_refused_before_any_start(tmp_path, dirs):
+    payload = tmp_path / "models" / "tiny"
+    a = ready(payload, "a", {"model.gguf": b"payload A"})
+    _generation_deploy(tmp_path, dirs, "shape on A", a)
+    b = ready(payload, "b", {"model.gguf": b"payload B"})
+    # K=1 in the same call: A is staged after the green deploy of B, then purged with approval.
+    _runner, green = _generation_deploy(tmp_path, dirs, "shape on B", b, keep=1)
+    assert [s["name"] for s in green["steps"]["payload_retention"]["staged"]] == [a["generation"]]
+    assert "1 staged entries" in green["steps"]["payload_retention"]["msg"] and "await purge_approved" in green["steps"]["payload_retention"]["msg"]
+    retain(str(payload), keep=1, keep_rejected=2, approved=True, host=Host(FakeRunner()))
+    runner = FakeRunner({(SYSTEMCTL, "show"): [DEAD]})
+    restore = {"unit": {"name": UNIT, **dirs}, "record_dir": str(tmp_path / "record"), "restore": True, "generation": 1}
+    with pytest.raises(StepError, match=rf"generation {a['generation']} is not in .*: it was purged"):
+        deploy_endpoint(restore, Host(runner), diff=False)
+    assert runner.ran(SYSTEMCTL, "start") == [] and (payload / "model.gguf").read_bytes() == b"payload B"
+
+
+def test_a_payload_only_change_restarts_the_unit(tmp_path, dirs):
+    # The unit file names the same path before and after: only the restart makes the engine read B.
+    running = show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")
+    a = ready(tmp_path / "models" / "tiny", "a", {"model.gguf": b"payload A"})
+    _generation_deploy(tmp_path, dirs, "same shape", a)
+    b = ready(tmp_path / "models" / "tiny", "b", {"model.gguf": b"payload B"})
+    runner, result = _generation_deploy(tmp_path, dirs, "same shape", b, state=running)
+    assert result["steps"]["payload"]["changed"] and result["steps"]["unit"]["restarted"]
+    assert len(runner.ran(SYSTEMCTL, "stop")) == 1 and len(runner.ran(SYSTEMCTL, "start")) == 1
+
+
+def test_a_record_from_before_generations_rolls_back_to_the_directory_adopted_for_its_manifest(tmp_path, dirs):
+    # Migration: the manifest copied unchanged beside the directory, generations turned on. The old
+    # record names the manifest's sha256, which is the adopted generation's name.
+    payload = tmp_path / "models" / "tiny"
+    payload.mkdir(parents=True)
+    (payload / "model.gguf").write_bytes(b"payload A")
+    inside = write_manifest(payload / "manifest.json", {"model.gguf": b"payload A"})
+    legacy = {"unit": unit_params(dirs, description="shape on A"), "record_dir": str(tmp_path / "record"), "payload": {"dir": str(payload), "manifest": inside}}
+    deploy_endpoint(legacy, Host(FakeRunner({(SYSTEMCTL, "show"): [DEAD]})), diff=False)
+    beside = tmp_path / "models" / "a.manifest.json"
+    beside.write_text(Path(inside).read_text())
+    adopted = prepare(str(payload), str(beside), Host(FakeRunner()))
+    c = ready(payload, "c", {"model.gguf": b"payload C that crashes"})
+    with pytest.raises(StepError, match="The last-known-good shape is serving again"):
+        _generation_deploy(tmp_path, dirs, "shape on C", c, start_answers=[FAIL, OK])
+    assert os.readlink(payload).endswith(adopted["generation"]) and (payload / "model.gguf").read_bytes() == b"payload A"
+
+
+def test_check_mode_with_diff_shows_the_payload_switch_and_the_staging_and_touches_nothing(tmp_path, dirs):
+    payload = tmp_path / "models" / "tiny"
+    a = ready(payload, "a", {"model.gguf": b"payload A"})
+    _generation_deploy(tmp_path, dirs, "shape", a)
+    b = ready(payload, "b", {"model.gguf": b"payload B"})
+    before = snapshot(tmp_path)
+    params = {
+        "unit": unit_params(dirs, description="shape"),
+        "record_dir": str(tmp_path / "record"),
+        "payload": {"dir": str(payload), "manifest": b["manifest"], "generations": 1},
+    }
+    runner = FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")]})
+    result = deploy_endpoint(params, Host(runner, check_mode=True), diff=True)
+    assert snapshot(tmp_path) == before and runner.ran(SYSTEMCTL, "stop") == [] and runner.ran(SYSTEMCTL, "start") == []
+    link_diff = next(d for d in result["diff"] if d.get("after_header") == str(payload))
+    assert link_diff["before"] == f"{payload} -> {a['generation']}\n" and link_diff["after"] == f"{payload} -> {b['generation']}\n"
+    # As the real run would: B serves, so A is the one staged past K=1 (check mode moved no link).
+    staging = next(d for d in result["diff"] if d.get("after_header") == "payload retention")
+    staged = f"{payload}.generations/.purge-staged"
+    assert staging["after"] == f"mkdir {staged}\nmove {payload}.generations/{a['generation']} {staged}/{a['generation']}\n"
+    assert result["steps"]["payload_retention"]["kept"] == [b["generation"]]

@@ -76,6 +76,27 @@ def test_hf_payload_gate_check_fetch_rerun_verify(hub, tmp_path, mode):
     assert proc.returncode != 0 and "config.json: missing" in gate["msg"]
 
 
+def test_hf_payload_gate_fetches_into_a_generation_and_purges_only_with_approval(hub, tmp_path):
+    payload, manifest_path = tmp_path / "models" / "tiny", tmp_path / "models" / "tiny.manifest.yml"
+    payload.parent.mkdir()
+    gate = "frank.llm_fleet.hf_payload_gate"
+    made = {gate: {"endpoint": hub.emulator.hub_url, "state": "manifest", "repo_id": REPO, "manifest_path": str(manifest_path)}}
+    generation = {gate: {"state": "generation", "manifest": str(manifest_path), "dest": str(payload)}, "register": "generation"}
+    fetch = {gate: {"endpoint": hub.emulator.hub_url, "state": "fetch", "manifest": str(manifest_path), "dest": "{{ generation.dir }}"}}
+    proc, [_made, ready, fetched] = play(tmp_path, [made, generation, fetch])
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert ready["dir"] == f"{payload}.generations/{ready['generation']}" and os.readlink(payload) == f"tiny.generations/{ready['generation']}"
+    assert fetched["bytes_transferred"] == sum(len(data) for data, _kind in hub.blobs.values())
+    (payload / "config.json.rejected-20261130T000000-1").write_text("bad")
+    retain = {gate: {"state": "retain", "dest": str(payload), "keep": 2, "keep_rejected": 0}}
+    proc, [planned] = play(tmp_path, [retain], check=True)
+    assert proc.returncode == 0 and planned["changed"] and (payload / "config.json.rejected-20261130T000000-1").exists()
+    proc, [staged] = play(tmp_path, [retain])
+    assert proc.returncode == 0 and [s["kind"] for s in staged["staged"]] == ["rejected"] and "await purge_approved" in staged["msg"]
+    proc, [purged] = play(tmp_path, [{gate: {**retain[gate], "purge_approved": True}}])
+    assert proc.returncode == 0 and purged["bytes_freed"] == 3 and "purged 1 staged entries, 3 bytes freed" in purged["msg"]
+
+
 def test_hf_payload_gate_token_never_reaches_the_output(hub, tmp_path):
     dest = tmp_path / "gated"
     task = {

@@ -1,11 +1,10 @@
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A model's geometry for the budget: from a GGUF header, a Hugging Face config or an explicit
-`<key>_geometry` mapping, and llama.cpp's placement of its layers on the devices."""
+`<key>_geometry` mapping (llama.cpp's placement of its layers and tensors: placement.py)."""
 
 from __future__ import annotations
 
-import bisect
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -97,38 +96,3 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
         output_weight_bytes=size("output_bytes"),
         nextn_layers=number("nextn_layers", 0, 0, 64) or 0,
     )
-
-
-# --- layer placement --------------------------------------------------------------------------
-
-HOST = -1  # a layer llama.cpp keeps in host RAM (beyond --n-gpu-layers)
-
-
-def assign_layers(n_layer: int, n_devices: int, tensor_split: tuple[float, ...] | list[float] | None, n_gpu_layers: int = 999) -> list[int]:
-    """Device index per layer (HOST for a layer left in host RAM), plus one entry for the output
-    layer (index n_layer).
-
-    llama.cpp's rule: the last `n_gpu_layers` of the n_layer + 1 (the output counts as one) go to
-    the devices; among those, layer il goes to the first device whose normalised cumulative split
-    exceeds (il - first) / offloaded. Whole layers move, never parts.
-    """
-    split = list(tensor_split or [1.0] * n_devices)
-    if len(split) != n_devices:
-        raise ShapeError(f"tensor_split: {len(split)} values for {n_devices} devices")
-    if any(s < 0 for s in split) or sum(split) <= 0:
-        raise ShapeError("tensor_split: values must be non-negative and not all zero")
-    first = max(n_layer + 1 - n_gpu_layers, 0)
-    offloaded = min(n_gpu_layers, n_layer + 1)
-    total = float(sum(split))
-    cumulative = []
-    running = 0.0
-    for share in split:
-        running += share
-        cumulative.append(running / total)
-    placement = []
-    for il in range(n_layer + 1):
-        if il < first or offloaded <= 0:
-            placement.append(HOST)
-        else:
-            placement.append(min(bisect.bisect_right(cumulative, (il - first) / offloaded), n_devices - 1))
-    return placement

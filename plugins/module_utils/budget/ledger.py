@@ -239,6 +239,9 @@ def render_table(result: BudgetResult) -> str:
         if row[0] == "used":
             lines.append("  ".join("-" * w for w in widths))
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    if result.host_terms:
+        # What stays in host RAM (token embeddings, layers past --n-gpu-layers, tensors --override-tensor sends to CPU).
+        lines.append("host RAM: " + ", ".join(f"{t.name} {t.bytes / MIB:,.1f}" for t in result.host_terms) + " (MiB)")
     lines.append("")
     for verdict in result.verdicts:
         lines.append(f"[{'ok' if verdict.ok else 'FAIL'}] {verdict.rule}: {verdict.message}")

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, expert_arena, kv_law, rules
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, expert_arena, kv_law, placement, rules
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window, engine_ceiling
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import HOST, assign_layers, load_geometry
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import load_geometry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import (
     BudgetResult,
@@ -26,11 +26,13 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger impo
     devices_from,
     slot_ceiling,
 )
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.placement import HOST, assign_layers
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import (
     LlamaCppShape,
     Shape,
     ShapeError,
     VllmShape,
+    override_tensor_order,
     parse_bytes,
     parse_int,
     parse_shape,
@@ -48,7 +50,15 @@ class _Payload:
 
     def __init__(self, payload_dir: str | None, loader: Callable[[str], GGUFHeader]) -> None:
         self.payload_dir = payload_dir
-        self.loader = loader
+        self._loader = loader
+        self._headers: dict[str, GGUFHeader] = {}
+
+    def loader(self, path: str) -> GGUFHeader:
+        """Each file's header is read once per pricing (the geometry and the tensor placement
+        both read the model's: a large MoE lists about 100,000 tensor infos)."""
+        if path not in self._headers:
+            self._headers[path] = self._loader(path)
+        return self._headers[path]
 
     def path(self, relative: str | None) -> str | None:
         return resolve_path(relative, self.payload_dir) if self.payload_dir and relative else None
@@ -71,26 +81,38 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
     except kv_law.KvLawError as exc:
         raise ShapeError(str(exc)) from None
 
-    placement = assign_layers(geometry.n_layer, len(devices), shape.tensor_split, shape.n_gpu_layers)
+    layer_device = assign_layers(geometry.n_layer, len(devices), shape.tensor_split, shape.n_gpu_layers)
     last = len(devices) - 1
     weights = [0] * len(devices)
     kv_bytes = [0] * len(devices)
     host_weights = host_kv = 0
     for il in range(geometry.n_layer):
-        if placement[il] == HOST:
+        if layer_device[il] == HOST:
             host_weights += geometry.layer_weight_bytes.get(il, 0)
             host_kv += kv.per_layer[il]
             continue
-        weights[placement[il]] += geometry.layer_weight_bytes.get(il, 0)
-        kv_bytes[placement[il]] += kv.per_layer[il]
-    output_device = placement[geometry.n_layer]
+        weights[layer_device[il]] += geometry.layer_weight_bytes.get(il, 0)
+        kv_bytes[layer_device[il]] += kv.per_layer[il]
+    output_device = layer_device[geometry.n_layer]
     if output_device == HOST:
         host_weights += geometry.output_weight_bytes
     else:
         weights[output_device] += geometry.output_weight_bytes
+    notes: list[str] = []
+    overrides, override_verdicts = _override_placement(shape, payload, layer_device, geometry.n_layer, len(devices), notes)
+    input_weights = geometry.input_weight_bytes
+    if overrides is not None:
+        input_weights -= overrides.off_input
+        host_weights -= overrides.off_host_layers
     for index, device in enumerate(devices):
-        layers_here = sum(1 for il in range(geometry.n_layer) if placement[il] == index)
-        device.add("weights", weights[index], f"{layers_here} layers" + (" + output" if output_device == index else ""))
+        layers_here = sum(1 for il in range(geometry.n_layer) if layer_device[il] == index)
+        note = f"{layers_here} layers" + (" + output" if output_device == index else "")
+        moved_off = overrides.off_device[index] if overrides is not None else 0
+        if moved_off:
+            note += f", less {moved_off / MIB:,.1f} MiB of tensors --override-tensor places elsewhere"
+        device.add("weights", weights[index] - moved_off, note)
+        if overrides is not None:
+            device.add("override_tensor_weights", overrides.onto_device[index], "tensors --override-tensor places on this device")
         device.add("kv", kv_bytes[index], f"{shape.type_k}/{shape.cache_type_v}")
 
     compute = shape.compute_buffer
@@ -104,7 +126,6 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
             device.add("compute", compute, f"ubatch {shape.ubatch}")
 
     devices[0].add("projector", _projector_bytes(shape, payload))
-    notes: list[str] = []
     drafter = payload.geometry(shape.drafter_geometry, shape.drafter, "drafter")
     if shape.drafter and drafter is None:
         raise ShapeError("drafter: its header sizes its KV; price where the payload is, or give drafter_geometry")
@@ -126,19 +147,23 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
         notes.append(f"drafter KV sized from the drafter's own header ({window_note}): {draft_kv.total_bytes / MIB:,.1f} MiB")
     for index, extra in enumerate(shape.extra_terms):
         _add_extra(devices, extra, index)
-    if shape.override_tensor:
-        notes.append(
-            f"override_tensor: {len(shape.override_tensor)} pattern(s) keep tensors off the devices; "
-            "the ledger still counts those tensors on the devices (an upper bound)"
-        )
-
     host_terms = [
-        Term(name, size) for name, size in (("input_embeddings", geometry.input_weight_bytes), ("host_layers", host_weights), ("host_kv", host_kv)) if size
+        Term(name, size)
+        for name, size in (
+            ("input_embeddings", input_weights),
+            ("host_layers", host_weights),
+            ("override_tensor_weights", overrides.to_host if overrides is not None else 0),
+            ("host_kv", host_kv),
+        )
+        if size
     ]
     if host_weights:
-        offloaded = sum(1 for device in placement if device != HOST)
+        offloaded = sum(1 for device in layer_device if device != HOST)
         notes.append(f"n_gpu_layers {shape.n_gpu_layers}: {geometry.n_layer + 1 - offloaded} of {geometry.n_layer + 1} layers stay in host RAM")
-    verdicts = _capacity_verdicts(devices, shape.free_floor, shape.max_device_gap)
+    verdicts = _capacity_verdicts(devices, shape.free_floor, shape.max_device_gap) + override_verdicts
+    verdicts += placement.draft_device_verdicts(
+        shape.draft_device, shape.drafter_borrows_output, bool(shape.override_tensor), layer_device, [device.name for device in devices]
+    )
 
     if shape.slot_calibration:
         fixed, per_slot, ceiling = slot_ceiling(shape.slot_calibration.get("boots") or [], devices[0].capacity, shape.free_floor)
@@ -160,7 +185,7 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
     state_per_token = kv_law.prompt_state_per_token(geometry, kv, shape.type_k, shape.cache_type_v)
     per_slot_state = kv.total_bytes // kv.n_streams + (state_per_token - kv.bytes_per_token_full) * kv.cells_per_stream
     verdicts.extend(_cache_ram_verdicts(shape, per_slot_state, geometry.has_recurrent))
-    verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), payload.loader, notes))
+    verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), notes))
     client, client_verdicts = _client(shape)
     verdicts.extend(client_verdicts)
     key = calibration.geometry_key(shape, geometry)
@@ -174,6 +199,43 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
         kv_facts["prompt_state_per_token"] = state_per_token
         kv_facts["cache_ram_tokens_held"] = shape.cache_ram // state_per_token if state_per_token else None
     return BudgetResult("llamacpp", devices, kv_facts, client, verdicts, host_terms, notes, key, calibration.geometry_spec(geometry))
+
+
+def _override_placement(
+    shape: LlamaCppShape, payload: _Payload, layer_device: list[int], n_layer: int, n_devices: int, notes: list[str]
+) -> tuple[placement.OverridePlacement | None, list[Verdict]]:
+    """--override-tensor priced per tensor from the GGUF's tensor infos, in the order llama.cpp
+    applies the patterns; without a readable header the overridden tensors stay where the layer
+    law puts them, an upper bound on the cards that the notes state."""
+    if not shape.override_tensor:
+        return None, []
+    path = payload.path(shape.model_file)
+    try:
+        header = payload.loader(path) if path else None
+    except OSError:
+        header = None  # an explicit geometry priced away from the payload
+    if header is None or path is None:
+        notes.append(
+            f"override_tensor: {len(shape.override_tensor)} pattern(s) move tensors, but no GGUF header is readable here to size them: "
+            "the ledger counts those tensors where the layer law puts them (an upper bound on the cards)"
+        )
+        return None, []
+    if not header.tensors:
+        raise ShapeError(f"model_file: {path} lists no tensors; give the first part of the split set (the loader merges every part)")
+    placed = placement.place_overrides(header.tensors, override_tensor_order(shape.override_tensor), layer_device, n_layer, n_devices)
+    verdicts = placement.override_verdicts(placed, len(header.tensors), path)
+    if shape.model_geometry:
+        # The weights are the explicit geometry's sizes: moving the header's bytes off them would mix two sources.
+        notes.append(
+            "override_tensor: model_geometry sizes the weights, so the header's overridden tensors are not moved off them "
+            "(an upper bound on the cards); drop model_geometry to price them per tensor"
+        )
+        return None, verdicts
+    for pattern in placed.patterns:
+        if pattern.taken:
+            where = "host RAM" if pattern.target == placement.HOST else pattern.buffer
+            notes.append(f"override_tensor {pattern.pattern}={pattern.buffer}: {pattern.taken:,} tensor(s), {pattern.bytes / MIB:,.1f} MiB in {where}")
+    return placed, verdicts
 
 
 def _cache_ram_verdicts(shape: LlamaCppShape, per_slot_state: int, recurrent: bool) -> list[Verdict]:
@@ -392,7 +454,7 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: _Payload
         )
     ]
     verdicts.extend(_capacity_verdicts(devices, shape.free_floor, shape.max_device_gap))
-    verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), payload.loader, notes))
+    verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), notes))
     client, client_verdicts = _client(shape)
     verdicts.extend(client_verdicts)
     spec = calibration.geometry_spec(geometry) if geometry is not None else None

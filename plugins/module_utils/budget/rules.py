@@ -7,7 +7,7 @@ Each rule is one the fleet's history proves (shared/seeds, named beside the rule
 - known-bad shapes of one model (`known_bad` in the shape: the inventory records what the model
   cannot run, because no rule derived from the shape alone can know a compiler constraint);
 - a context past the trained window: a WARNING note, the engine serves it on the base rope;
-- an --override-tensor pattern that matches no tensor of the GGUF, when its header is readable.
+(an --override-tensor pattern that places no tensor is placement.py's verdict: it reads the tensors.)
 `judge()` is called once from each runtime's pricing and returns verdicts; warnings go to notes.
 """
 
@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError, GGUFHeader
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import ModelGeometry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import DeviceLedger, Verdict
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape, ShapeError, VllmShape, spec_chain
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape, VllmShape, spec_chain
 
 # (architecture prefix, attention kind or None for any) -> KV dtype prefixes the backend cannot run, and why.
 ILLEGAL_KV = (
@@ -39,7 +36,6 @@ def judge(
     devices: list[DeviceLedger],
     geometry: ModelGeometry | None,
     model_path: str | None,
-    loader: Callable[[str], GGUFHeader],
     notes: list[str],
 ) -> list[Verdict]:
     """Every rule's verdict for a priced shape; warnings are appended to `notes`."""
@@ -51,8 +47,6 @@ def judge(
             f"WARNING: draft_max {shape.draft_max} is unchecked against the drafter's block size (llama.cpp asserts "
             "n_max <= block_size - 1); give drafter_block_size (DFlash2 8, DSpark 7)"
         )
-    if isinstance(shape, LlamaCppShape) and shape.override_tensor and model_path:
-        verdicts += _override_tensor_verdicts(shape, model_path, loader)
     return verdicts
 
 
@@ -133,32 +127,3 @@ def _trained_window_note(shape: Shape, geometry: ModelGeometry | None, notes: li
         window = shape.max_model_len  # type: ignore[attr-defined]
     if window > trained:
         notes.append(f"WARNING: a {window:,}-token window is past the trained {trained:,}: positions beyond it extrapolate on the base rope")
-
-
-def _override_tensor_verdicts(shape: LlamaCppShape, model_path: str, loader: Callable[[str], GGUFHeader]) -> list[Verdict]:
-    """A pattern that matches nothing places nothing, while looking like a working override (seed
-    001: "The placeholder pattern ngram_embeddings matched nothing")."""
-    try:
-        header = loader(model_path)
-    except (OSError, GGUFError):
-        return []  # unreadable here: the pricing already said what it could not read
-    if not header.tensors:
-        raise ShapeError(f"model_file: {model_path} lists no tensors; give the first part of the split set (the loader merges every part)")
-    names = [tensor.name for tensor in header.tensors]
-    out = []
-    for pattern, buffer in shape.override_tensor or ():
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise ShapeError(f"override_tensor.{pattern}: not a regular expression ({exc}); llama.cpp matches it against tensor names") from None
-        if not any(regex.search(name) for name in names):
-            out.append(
-                Verdict(
-                    "override_tensor",
-                    False,
-                    f"override_tensor: {pattern}={buffer} matches none of the {len(names):,} tensors of {os.path.basename(model_path)}; "
-                    "fix the pattern or drop it",
-                    term="override_tensor",
-                )
-            )
-    return out

@@ -266,6 +266,7 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
             description=params["description"],
             stop_command=list(params["stop_command"] or []),
             pre_start=[list(argv) for argv in params["pre_start"]],
+            privileged_pre_start=[list(argv) for argv in params.get("privileged_pre_start") or []],
             user=params["user"],
             group=params["group"],
             environment_file=env_path if env_text else "",

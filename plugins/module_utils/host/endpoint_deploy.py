@@ -25,6 +25,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload import generations as payload_generations
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, load_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import size_gate
 
@@ -159,18 +160,22 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         return _restore(params, host, diff, previous, previous_text, previous_secrets, secrets, api_key, warnings)
 
     engine, unit = params.get("engine"), params["unit"]
-    # The firewall goes in before the engine listens; the unit reloads it before every start.
+    # The firewall goes in before the engine listens; the unit reloads it before every start, with
+    # full privileges (`+`): a sandboxed native engine's unit has no CAP_NET_ADMIN to load it.
     endpoint = str(unit["name"]).rsplit(".", 1)[0]
     firewall_result = ensure_firewall(endpoint, firewall_from(endpoint, params.get("firewall")), host, diff)
-    if firewall_result["pre_start"]:
-        unit = {**unit, "pre_start": [*firewall_result.pop("pre_start"), *(unit.get("pre_start") or [])]}
-    firewall_result.pop("pre_start", None)
+    unit = unit_with_firewall(unit, firewall_result.pop("pre_start", None))
     record = {"shape": params.get("shape") or {}, "engine": _without_secrets(engine) or None, "unit": _without_secrets(unit)}
     if params.get("payload"):
         record["payload"] = payload_identity(params["payload"])
     retire_result = _retire(params, previous, record, host)
+    payload_result: dict[str, Any] | None = None
     try:
-        engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, api_key=api_key)
+        if (record.get("payload") or {}).get("generation"):
+            # Just before the restart: the engine's next start reads the new generation.
+            payload_result = _switch_payload(record["payload"], host, bring_back=False)
+        restart = bool(payload_result and payload_result["changed"])
+        engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, restart=restart, api_key=api_key)
         probe_result: dict[str, Any] = {"changed": False}
         if not params.get("probe"):
             probe_result["skipped"] = "no probe given"
@@ -188,7 +193,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         # The new shape (or the new secrets) failed after the host changed: bring the last-known-good one back up.
         restored = previous_secrets if previous_secrets is not None else secrets
         try:
-            check_payload(previous)
+            restore_payload(previous, host)
             _bring_up(previous.get("engine"), previous["unit"], restored, host, False, restart=True, api_key=_restored_key(previous, restored, api_key))
         except StepError as restore_failure:
             raise StepError(
@@ -220,6 +225,8 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         elif previous_secrets is not None:
             host.remove(secrets_path)
         record_result["secrets_changed"] = True
+    # Last: the deploy is recorded whatever retention finds.
+    retention = _retain_payloads(params["payload"], record["payload"].get("generation"), host) if params.get("payload") else None
     steps = {
         "retire": retire_result,
         "firewall": firewall_result,
@@ -228,6 +235,10 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         "probe": probe_result,
         "record": record_result,
     }
+    if payload_result is not None:
+        steps["payload"] = payload_result
+    if retention is not None:
+        steps["payload_retention"] = retention
     result: dict[str, Any] = {
         "changed": any(step["changed"] for step in steps.values()),
         "steps": steps,
@@ -239,7 +250,9 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     }
     if ledger is not None:
         result["boot_ledger"] = ledger
-    diffs = [step["diff"] for step in (firewall_result, engine_result, unit_result, record_result) if step.get("diff")]
+    if diff:
+        _payload_diffs(payload_result, retention)
+    diffs = [step["diff"] for step in (firewall_result, engine_result, unit_result, record_result, payload_result or {}, retention or {}) if step.get("diff")]
     if diff and diffs:
         result["diff"] = diffs
     return result
@@ -279,7 +292,7 @@ def _restore(
             raise StepError(f"generation: {older[generation - 1]} is not a record", {"changed": False, "warnings": warnings})
         restored = secrets
     key = _restored_key(target, restored, api_key)
-    check_payload(target)
+    payload_result = restore_payload(target, host)
     engine_result, unit_result = _bring_up(target.get("engine"), target["unit"], restored, host, diff, restart=True, api_key=key)
     record_result: dict[str, Any] = {"changed": False, "path": record_path}
     if generation:
@@ -292,6 +305,8 @@ def _restore(
         "probe": {"changed": False, "skipped": "restore runs the health gate, not the probe"},
         "record": record_result,
     }
+    if payload_result is not None:
+        steps["payload"] = payload_result
     return {
         "changed": True,
         "restored": True,
@@ -308,6 +323,12 @@ def _restore(
 MAX_MANIFEST_BYTES = 16 << 20
 
 
+def unit_with_firewall(unit: dict[str, Any], firewall_pre_start: list[list[str]] | None) -> dict[str, Any]:
+    """The unit loads the endpoint's nftables table before every start with full privileges
+    (systemd's `+`): a sandboxed native engine's unit (its own user, no capabilities) cannot."""
+    return {**unit, "privileged_pre_start": firewall_pre_start} if firewall_pre_start else unit
+
+
 def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
     """The payload a shape runs: its directory, its manifest and the manifest's sha256 (which pins
     every file's size and digest), kept in the record so a rollback can tell the same payload."""
@@ -317,7 +338,62 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
         if text is None:
             raise StepError(f"payload.manifest: {identity['manifest']} does not exist", {"changed": False})
         identity["manifest_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if int(payload.get("generations") or 0) > 0:
+            # The generation directory holding this payload is named by the same digest.
+            identity["generation"] = identity["manifest_sha256"]
     return identity
+
+
+def _retain_payloads(payload: dict[str, Any], serving: str | None, host: Host) -> dict[str, Any]:
+    """After a green deploy, in the same call (no extra round trip): payload generations past K and
+    old rejected copies go to the purge staging, deleted only when approved."""
+    keep, keep_rejected = int(payload.get("generations") or 0), int(payload.get("keep_rejected", 2))
+    try:
+        return payload_generations.retain(str(payload.get("dir") or ""), keep, keep_rejected, bool(payload.get("purge_approved")), host, serving)
+    except (payload_generations.GenerationError, OSError) as exc:
+        raise StepError(
+            f"the deploy is green and recorded, but keeping its payload generations failed: {exc}",
+            {"changed": True, "rolled_back": False, "actions": host.actions},
+        ) from None
+
+
+def _payload_diffs(switched: dict[str, Any] | None, retention: dict[str, Any] | None) -> None:
+    """--diff shows where the payload link goes and what retention moves or deletes."""
+    if switched and switched["changed"]:
+        link = switched["link"]
+        before = f"{link} -> {switched.get('previous') or '(a directory, or nothing)'}\n"
+        switched["diff"] = {"before": before, "after": f"{link} -> {switched['generation']}\n", "before_header": link, "after_header": link}
+    if retention and retention["actions"]:
+        retention["diff"] = {"before": "", "after": "".join(f"{action}\n" for action in retention["actions"]), "after_header": "payload retention"}
+
+
+def _switch_payload(payload: dict[str, Any], host: Host, bring_back: bool) -> dict[str, Any]:
+    try:
+        return payload_generations.switch(str(payload.get("dir") or ""), payload["generation"], host, bring_back=bring_back)
+    except (payload_generations.GenerationError, ManifestError, OSError) as exc:
+        raise StepError(str(exc), {"changed": False}) from None
+
+
+def restore_payload(record: dict[str, Any], host: Host) -> dict[str, Any] | None:
+    """Before a known-good shape comes back: with payload generations, point the payload
+    directory at the generation its record names (brought back from the purge staging if it is
+    there, refused if it was purged); without, check that the payload it ran is still on disk."""
+    payload = record.get("payload") or {}
+    if not payload.get("generation") and payload.get("manifest_sha256") and _is_generation_link(str(payload.get("dir") or "")):
+        # A record from before generations, its directory adopted since: the adopted generation
+        # carries the digest of the same manifest when it was adopted with that manifest.
+        payload = {**payload, "generation": payload["manifest_sha256"]}
+    if payload.get("generation"):
+        return _switch_payload(payload, host, bring_back=True)
+    check_payload(record)
+    return None
+
+
+def _is_generation_link(payload_dir: str) -> bool:
+    try:
+        return payload_generations.link_state(payload_generations.Layout(payload_dir))[0] == "generation"
+    except payload_generations.GenerationError:
+        return False
 
 
 def check_payload(record: dict[str, Any]) -> None:
@@ -386,7 +462,12 @@ def list_generations(record_dir: str) -> list[dict[str, Any]]:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.stat(path).st_mtime))
         except (OSError, ValueError, AttributeError):
             continue
-        listed.append({"generation": number, "written": stamp, "runtime": shape.get("runtime"), "served_id": shape.get("served_id"), "port": shape.get("port")})
+        entry = {"generation": number, "written": stamp, "runtime": shape.get("runtime"), "served_id": shape.get("served_id"), "port": shape.get("port")}
+        payload = record.get("payload") or {}
+        if payload.get("generation"):
+            # What a rollback to this record would find of its payload: kept, staged or purged.
+            entry["payload"] = {"generation": payload["generation"], "on_disk": payload_generations.where(str(payload.get("dir") or ""), payload["generation"])}
+        listed.append(entry)
     return listed
 
 

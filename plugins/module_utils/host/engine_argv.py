@@ -23,6 +23,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import
     Shape,
     ShapeError,
     VllmShape,
+    override_tensor_order,
     parse_shape,
     resolve_path,
 )
@@ -33,9 +34,8 @@ class ArgvError(ValueError):
 
 
 def override_tensor_flag(pairs: tuple[tuple[str, str], ...]) -> str:
-    """`pattern=buffer` pairs joined with commas, longest (most specific) pattern first."""
-    ordered = sorted(pairs, key=lambda pair: -len(pair[0]))
-    return ",".join(f"{pattern}={buffer}" for pattern, buffer in ordered)
+    """`pattern=buffer` pairs joined with commas, in the order llama.cpp applies them."""
+    return ",".join(f"{pattern}={buffer}" for pattern, buffer in override_tensor_order(pairs))
 
 
 def _json_flag(value: Any) -> str:
@@ -82,6 +82,8 @@ def llamacpp_argv(shape: LlamaCppShape, model_root: str = "", binary: str = "/us
         argv += ["--model-draft", str(resolve_path(shape.drafter, model_root))]
     if shape.draft_max:
         argv += ["--spec-draft-n-max", str(shape.draft_max)]
+    if shape.draft_device:
+        argv += ["--device-draft", shape.draft_device]
     if shape.cache_ram is not None:
         argv += ["--cache-ram", str(shape.cache_ram >> 20)]  # MiB
     if shape.jinja:

@@ -56,3 +56,41 @@ class Host:
         self.actions.append(f"remove {path}")
         if not self.check_mode and os.path.exists(path):
             os.unlink(path)
+
+    def hardlink(self, source: str, destination: str) -> None:
+        """A second name for the same bytes: hundreds of GiB shared, none copied."""
+        self.actions.append(f"link {source} {destination}")
+        if not self.check_mode:
+            os.link(source, destination, follow_symlinks=False)
+
+    def point(self, link: str, target: str) -> None:
+        """Make `link` a symlink to `target` atomically (a new link renamed over the old one), so
+        a reader sees the old target or the new one, never no file."""
+        self.actions.append(f"point {link} -> {target}")
+        if not self.check_mode:
+            temporary = f"{link}.llm-fleet-swap"
+            if os.path.lexists(temporary):
+                os.unlink(temporary)
+            os.symlink(target, temporary)
+            os.replace(temporary, link)
+
+    def touch(self, path: str) -> None:
+        self.actions.append(f"touch {path}")
+        if not self.check_mode:
+            os.utime(path, follow_symlinks=False)
+
+    def remove_tree(self, path: str) -> None:
+        """Delete a directory tree without following a symlink anywhere in it (a link planted
+        inside is removed as a link, never entered)."""
+        self.actions.append(f"remove-tree {path}")
+        if not self.check_mode and os.path.lexists(path):
+            if os.path.islink(path) or not os.path.isdir(path):
+                os.unlink(path)
+                return
+            for parent, directories, files in os.walk(path, topdown=False):
+                for name in files:
+                    os.unlink(os.path.join(parent, name))
+                for name in directories:
+                    child = os.path.join(parent, name)
+                    (os.unlink if os.path.islink(child) else os.rmdir)(child)
+            os.rmdir(path)

@@ -170,6 +170,10 @@ class UnitSpec:
     description: str = default(UNIT_OPTIONS, "description")
     stop_command: list[str] = field(default_factory=list)
     pre_start: list[list[str]] = field(default_factory=lambda: default(UNIT_OPTIONS, "pre_start"))
+    # Commands the collection itself runs before every start with full privileges (systemd's `+`):
+    # the endpoint's nftables table, which a sandboxed unit (no capabilities, its own user) could
+    # not load. Never from the inventory: the argv is the collection's own.
+    privileged_pre_start: list[list[str]] = field(default_factory=list)
     user: str = default(UNIT_OPTIONS, "user")
     group: str = default(UNIT_OPTIONS, "group")
     environment_file: str = ""
@@ -194,9 +198,10 @@ class UnitSpec:
         for field_name in ("after", "wants"):
             for index, unit in enumerate(getattr(self, field_name)):
                 check_text(unit, f"{field_name}[{index}]")
-        for index, argv in enumerate(self.pre_start):
-            if not isinstance(argv, list):
-                raise UnitError(f"pre_start[{index}]: give each command as an argv list, got {type(argv).__name__}")
+        for field_name in ("pre_start", "privileged_pre_start"):
+            for index, argv in enumerate(getattr(self, field_name)):
+                if not isinstance(argv, list):
+                    raise UnitError(f"{field_name}[{index}]: give each command as an argv list, got {type(argv).__name__}")
         for index, path in enumerate(self.read_write_paths):
             if not isinstance(path, str) or not path.startswith("/") or any(char.isspace() for char in path):
                 raise UnitError(f"read_write_paths[{index}]: give an absolute path without whitespace, got {path!r}")
@@ -241,6 +246,8 @@ def render_unit(spec: UnitSpec) -> str:
         lines.append(f"EnvironmentFile={spec.environment_file}")
     if spec.working_directory:
         lines.append(f"WorkingDirectory={spec.working_directory}")
+    for index, argv in enumerate(spec.privileged_pre_start):
+        lines.append(f"ExecStartPre=+{render_exec(argv, f'privileged_pre_start[{index}]')}")
     for index, argv in enumerate(spec.pre_start):
         lines.append(f"ExecStartPre={render_exec(argv, f'pre_start[{index}]')}")
     lines.append(f"ExecStart={render_exec(spec.command)}")

@@ -148,6 +148,14 @@ def _parse_overrides(value: Any, name: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def override_tensor_order(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The order llama.cpp receives the --override-tensor pairs in: longest (most specific) pattern
+    first, because its loader takes the first match and a broad pattern first would swallow the
+    specific ones (seed 001: "the loader is first-match-wins, so the specific patterns must precede
+    the broad exps=CPU sweep"). The argv is joined in this order and the budget places in it."""
+    return tuple(sorted(pairs, key=lambda pair: -len(pair[0])))
+
+
 def _parse_sizes(value: Any, name: str) -> int | tuple[int, ...]:
     """One size for every device, or one per device."""
     if isinstance(value, (list, tuple)):
@@ -319,6 +327,13 @@ class LlamaCppShape(Shape):
         LLAMACPP,
         minimum=2,
         maximum=64,
+    )
+    draft_device: str | None = _key("str", "llama.cpp --device-draft: the device the drafter runs on (ROCm1, CUDA0).", LLAMACPP)
+    drafter_borrows_output: bool = _key(
+        "bool",
+        "The drafter borrows the target's output head (a shared MTP head): with override_tensor it must run on the output layer's device. Not a flag.",
+        LLAMACPP,
+        default=False,
     )
     cache_ram: int | None = _key("size", "llama.cpp --cache-ram: the prompt cache in host RAM, as a size.", LLAMACPP)
     host_ram: int | None = _key("size", "Budget - the host's RAM, for the prompt-cache law.", LLAMACPP, group="budget")

@@ -1,0 +1,116 @@
+# Copyright: frank.llm_fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters for what follows the endpoints' shapes after a deploy: the endpoints as the inventory
+places them, the harness's models.yml fragments, the homepage's files, and the served-id renames
+the clients must follow. They run on the controller from the inventory (hostvars), the same source
+`llm-fleet generate` reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import EndpointFacts, client_fragments, facts_from_hostvars
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.homepage import HomepageError, site_files
+
+MAX_ENDPOINTS = 1000
+
+
+class _KeyDeclared:
+    """hostvars of a play: reading a vaulted key templates it; only whether one is declared matters."""
+
+    def __init__(self, hv: Any) -> None:
+        self._hv = hv
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self._hv.get(name, default)
+        except Exception:  # an undefined vault reference is still a declared key  # pylint: disable=broad-exception-caught
+            return "declared" if name == "endpoint_api_key" else default
+
+    def __getitem__(self, name: str) -> Any:
+        return self._hv[name]
+
+
+def fleet_endpoints(names: list[str], hostvars: Any) -> list[dict[str, Any]]:
+    """Each endpoint host's facts as plain data: name, address, shape, key variable, description,
+    its served id, and the served ids its kept records name (when this run deployed it)."""
+    if len(names or []) > MAX_ENDPOINTS:
+        raise AnsibleFilterError(f"fleet_endpoints: {len(names)} endpoints; at most {MAX_ENDPOINTS}")
+    out = []
+    for name in names or []:
+        hv = hostvars[name]
+        if "endpoint_shape" not in hv:
+            raise AnsibleFilterError(f"{name}: endpoint_shape is not set; every host of group llm_endpoints needs one")
+        try:
+            facts = facts_from_hostvars(name, _KeyDeclared(hv))
+            served_id = facts.typed.served_id
+        except ShapeError as exc:
+            raise AnsibleFilterError(f"{name}: endpoint_shape: {exc}") from None
+        deployed = hv.get("__endpoint_deploy") or {}
+        kept = [g.get("served_id") for g in deployed.get("generations") or [] if isinstance(g, dict) and g.get("served_id")]
+        out.append(
+            {
+                "name": facts.name,
+                "address": facts.address,
+                "shape": dict(facts.shape),
+                "api_key_env": facts.api_key_env,
+                "description": facts.description,
+                "served_id": served_id,
+                "served_ids_kept": kept,
+            }
+        )
+    return out
+
+
+def _facts(endpoints: list[dict[str, Any]]) -> list[EndpointFacts]:
+    return [
+        EndpointFacts(
+            name=e["name"], host=e["name"], address=e["address"], shape=e["shape"], api_key_env=e.get("api_key_env", ""), description=e.get("description", "")
+        )
+        for e in endpoints
+    ]
+
+
+def homepage_site(endpoints: list[dict[str, Any]], services: list[dict[str, Any]] | None = None, title: str = "frank fleet") -> dict[str, str]:
+    try:
+        return site_files(_facts(endpoints), services, title)
+    except (HomepageError, ShapeError) as exc:
+        raise AnsibleFilterError(f"homepage: {exc}") from None
+
+
+def models_fragments(endpoints: list[dict[str, Any]]) -> dict[str, str]:
+    try:
+        return client_fragments(_facts(endpoints))
+    except ShapeError as exc:
+        raise AnsibleFilterError(f"client fragments: {exc}") from None
+
+
+def served_id_renames(endpoints: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """old -> new for every id an endpoint's kept records served that it no longer serves. An id
+    another endpoint serves now is never renamed away from it (two endpoints may swap ids)."""
+    serving = {e["served_id"] for e in endpoints}
+    renames = []
+    for endpoint in endpoints:
+        for old in dict.fromkeys(endpoint.get("served_ids_kept") or []):
+            if old != endpoint["served_id"] and old not in serving:
+                renames.append({"endpoint": endpoint["name"], "from": old, "to": endpoint["served_id"]})
+    olds = [r["from"] for r in renames]
+    twice = sorted({o for o in olds if olds.count(o) > 1})
+    if twice:
+        raise AnsibleFilterError(
+            f"served_id_renames: {', '.join(twice)} was served by more than one endpoint's kept records; name the rename in openwebui_renames"
+        )
+    return renames
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "fleet_endpoints": fleet_endpoints,
+            "homepage_site": homepage_site,
+            "models_fragments": models_fragments,
+            "served_id_renames": served_id_renames,
+        }
