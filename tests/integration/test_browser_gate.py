@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
+from browser_site import serve_site
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.browser.gate import (
     DEFAULT_CHROMIUM,
@@ -42,80 +42,11 @@ if not os.access(DEFAULT_CHROMIUM, os.X_OK):
         pytest.fail(f"{DEFAULT_CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium, which CI must have", pytrace=False)
     pytest.skip(f"{DEFAULT_CHROMIUM} is missing here (scripts/setup.sh installs it); CI fails instead of skipping", allow_module_level=True)
 
-# The loop page: a signed-out app's sign-in flow redirecting its own top frame, forever.
-LOOP_PAGE = (
-    "<!doctype html><title>signing in</title><script>const n = Number(new URLSearchParams(location.search).get('n') || 0);"
-    "setTimeout(() => location.replace('/loop?n=' + (n + 1)), 25)</script>"
-)
-LOGIN_PAGE = "<!doctype html><title>Login</title><form method=post><input name=uidField><input type=password name=password></form>"
-
-
-def page(title: str, body: str = "") -> str:
-    return f"<!doctype html><title>{title}</title><h1>{title}</h1>{body}"
-
-
-def homepage(cards: list[str]) -> str:
-    links = "".join(f'<a class="card" href="{href}">{href}</a>' for href in cards)
-    return page("Home", f'<main>{links}</main><footer><a class="docs-link" href="/docs">Docs</a></footer>')
-
-
-class Site(BaseHTTPRequestHandler):
-    """/ every kind of card; /good/ only cards that pass. Served at 127.0.0.1; /elsewhere sends
-    the browser to localhost, the same server under another hostname."""
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        port = self.server.server_port
-        path = self.path.split("?")[0]
-        if path == "/":
-            self.answer(200, homepage(["/ok", "/loop", "/broken", "/login", "/elsewhere"]))
-        elif path == "/good/":
-            self.answer(200, homepage(["/ok", "/loop"]))
-        elif path == "/empty/":
-            self.answer(200, page("Nothing here"))
-        elif path == "/ok":
-            self.answer(200, page("A service"))
-        elif path == "/docs":
-            self.answer(200, page("Docs"))
-        elif path == "/loop":
-            self.answer(200, LOOP_PAGE)
-        elif path == "/broken":
-            self.answer(500, page("Internal Server Error"))
-        elif path == "/login":
-            self.answer(200, LOGIN_PAGE)
-        elif path == "/elsewhere":
-            self.send_response(302)
-            self.send_header("Location", f"http://localhost:{port}/ok")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-        else:
-            self.answer(404, page("Not found"))
-
-    def answer(self, status: int, html: str) -> None:
-        body = html.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        pass  # Chromium drops the loop page's connections mid-answer, by design of the page
-
 
 @pytest.fixture(scope="module")
 def site():
-    server = QuietServer(("127.0.0.1", 0), Site)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serve_site() as url:
+        yield url
 
 
 @pytest.fixture
@@ -233,9 +164,12 @@ def test_playbook_gates_each_homepage(site, tmp_path):
         "home-good": {"homepage_url": f"{site}/good/", "browser_gate_report_dir": str(tmp_path / "good")},
         "home-mixed": {"homepage_url": f"{site}/", "browser_gate_report_dir": str(tmp_path / "mixed")},
     }
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {name: {**host_vars, **local} for name, host_vars in hosts.items()}
     proc = run_playbook(tmp_path, {"all": {"children": {"homepages": {"hosts": hosts}}}})
     assert proc.returncode != 0, proc.stdout[-3000:]
-    assert "home-good" in proc.stdout and "ok=" in proc.stdout
+    assert re.search(r"home-good\s*: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"home-mixed\s*: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), proc.stdout[-3000:]
     good = json.loads((tmp_path / "good" / "report.json").read_text())
     mixed = json.loads((tmp_path / "mixed" / "report.json").read_text())
     assert good["ok"] is True and good["links_total"] == 4
