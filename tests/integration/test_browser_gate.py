@@ -91,7 +91,7 @@ def test_bare_goto_home_dies_on_the_redirect_loop(site, browser_page):
     navigation" when the page's navigation is announced first, net::ERR_ABORTED (the seed's words)
     when our request is cancelled first: either is the class the way home re-issues."""
     errors = []
-    for _ in range(60):
+    for _trip in range(60):
         browser_page.goto(f"{site}/loop", wait_until="commit")
         time.sleep(0.2)
         try:

@@ -215,7 +215,7 @@ def test_a_page_bouncing_through_the_guard_never_settles():
 
 def test_the_quiet_period_must_be_whole():
     # Off the guard for 0.5 s of a 1 s quiet period, then back on it: not settled yet.
-    settled, _ = settle([APP] * 5 + [GUARD] + [APP] * 200, quiet_s=1.0, timeout_s=1.2)
+    settled = settle([APP] * 5 + [GUARD] + [APP] * 200, quiet_s=1.0, timeout_s=1.2)[0]
     assert not settled
 
 
@@ -275,8 +275,8 @@ class FakeSitePage(FakePage):
     def remove_listener(self, event, handler) -> None:
         pass
 
-    def wait_for_timeout(self, ms: float) -> None:
-        self.clock.sleep(ms / 1000)
+    def wait_for_timeout(self, timeout: float) -> None:
+        self.clock.sleep(timeout / 1000)
 
     def eval_on_selector_all(self, selector: str, script: str) -> list[str]:
         return self.hrefs if selector == "a.card" else []
