@@ -15,13 +15,16 @@ From a checkout: bin/llm-fleet. From an installed collection (ansible-galaxy col
   llm-fleet calibration [--dir DIR] [--endpoint NAME]   predicted vs measured for every stored boot
   llm-fleet generate -i inventories/production -o DIR [--check] [--diff] [--models-dir DIR]
                                          rules, dashboards, models.yml fragments, runbooks
+  llm-fleet browser-gate --url URL [--report DIR] [--allowed-host HOST ...] [--insecure]
+                                         a real Chromium over the homepage and every link it carries
 
 An endpoint's API key, when it needs one, is read from LLM_FLEET_API_KEY only.
 The Hub is HF_ENDPOINT (default the public Hub); a token is read from HF_TOKEN only, never from
 the command line, and is sent to the Hub only.
 
 Exit status: 0 the shape fits / the payload is complete / every job answered / every stored boot
-agrees, 1 it does not / is not / a job came back empty / a boot differs, 2 invalid input.
+agrees / every link passes, 1 it does not / is not / a job came back empty / a boot differs / a link
+fails, 2 invalid input.
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ from pathlib import Path
 
 import yaml
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.browser.gate import (
+    DEFAULT_CHROMIUM,
+    DEFAULT_GUARD_PATTERNS,
+    DEFAULT_LINK_SELECTORS,
+    GateError,
+    GateOptions,
+    run_gate,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import compare_boot, load_boots, render_comparison
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header
@@ -396,6 +407,34 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_browser_gate(args: argparse.Namespace) -> int:
+    """The browser gate from a shell: one line per link, the homepage first."""
+    try:
+        options = GateOptions(
+            url=args.url,
+            report_dir=args.report,
+            link_selectors=tuple(args.selector or DEFAULT_LINK_SELECTORS),
+            allowed_hosts=tuple(args.allowed_host or ()),
+            guard_patterns=tuple(args.guard or DEFAULT_GUARD_PATTERNS),
+            deadline_s=args.deadline,
+            chromium_path=args.chromium,
+            validate_certs=not args.insecure,
+        )
+        report = run_gate(options)
+    except GateError as exc:
+        print(f"llm-fleet: {exc}", file=sys.stderr)
+        return 2
+    for link in report.links:
+        aborts = f", {len(link.home_reissues)} abort(s) on the way home" if link.home_reissues else ""
+        if link.ok:
+            print(f"PASS {link.url} -> {link.final_url} (status {link.status}{aborts})")
+        else:
+            print(f"FAIL {link.url} -> {link.final_url or '-'}: {'; '.join(link.reasons)}{aborts}")
+    passed = len(report.links) - len(report.failed)
+    print(f"{passed} of {len(report.links)} links pass in {report.seconds:.1f} s; report: {report.report_path}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llm-fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -464,6 +503,16 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--check", action="store_true", help="write nothing; report what would change")
     gen.add_argument("--diff", action="store_true", help="show a unified diff of each text change")
     gen.set_defaults(func=cmd_generate)
+    gate = sub.add_parser("browser-gate", help="crawl a homepage and every card and docs link on it with a real Chromium (browser_gate)")
+    gate.add_argument("--url", required=True, help="the homepage")
+    gate.add_argument("--report", default="browser-gate-report", help="directory for report.json and the failing links' screenshots")
+    gate.add_argument("--selector", action="append", help=f"CSS selector of the links to crawl (repeat; default {' '.join(DEFAULT_LINK_SELECTORS)})")
+    gate.add_argument("--allowed-host", action="append", help="a hostname a link may end on besides its own (repeat)")
+    gate.add_argument("--guard", action="append", help="a regular expression of the auth guard's URLs (repeat; default authentik's)")
+    gate.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole gate")
+    gate.add_argument("--chromium", default=DEFAULT_CHROMIUM, help="the Chromium executable")
+    gate.add_argument("--insecure", action="store_true", help="accept TLS certificates the browser does not trust (a lab's)")
+    gate.set_defaults(func=cmd_browser_gate)
     args = parser.parse_args(argv)
     if args.command == "bench" and args.action == "render" and not args.result:
         parser.error("bench render needs RESULT.json")

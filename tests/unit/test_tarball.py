@@ -47,7 +47,19 @@ REQUIRED = [
     "inventories/example/.vault-pass.example",
 ]
 # The collection playbooks, called as frank.llm_fleet.NAME.
-PLAYBOOKS = {"companions", "deploy", "deploy_primary", "deploy_secondary", "deploy_large", "deploy_fleet", "rollback", "payload_purge", "probe", "bench"}
+PLAYBOOKS = {
+    "companions",
+    "deploy",
+    "deploy_primary",
+    "deploy_secondary",
+    "deploy_large",
+    "deploy_fleet",
+    "rollback",
+    "payload_purge",
+    "probe",
+    "bench",
+    "browser_gate",
+}
 
 
 def members(tarball):
