@@ -8,6 +8,7 @@ served id; one id per model everywhere"; "re-key it in the same deploy")."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -81,7 +82,14 @@ def test_a_rename_is_one_inventory_edit_and_one_run(tmp_path, openwebui_with_the
     assert served(PORT) == OLD
 
     inventory = inventory_with_shape(tmp_path, OLD, {**lab_shape(OLD), "served_id": NEW})
-    rc, stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=LIMIT, inventory=inventory, extra_vars={"fleet_client_dir": str(client_dir)})
+    gate_dir = tmp_path / "gate"
+    rc, stats, out = playbook(
+        tmp_path,
+        "deploy_fleet.yml",
+        limit=LIMIT,
+        inventory=inventory,
+        extra_vars={"fleet_client_dir": str(client_dir), "browser_gate_report_dir": str(gate_dir)},
+    )
     assert rc == 0, failures(out) or out[-3000:]
 
     # The wire: verified on /v1/models, never on a chat answer (seed 004).
@@ -101,6 +109,11 @@ def test_a_rename_is_one_inventory_edit_and_one_run(tmp_path, openwebui_with_the
     index = _fetch(f"http://{own}:8088/")
     assert f'id="model-{NEW}"' in docs and f'id="model-{OLD}"' not in docs
     assert f"/docs#model-{NEW}" in index and f"/docs#model-{OLD}" not in index
+
+    # The browser gate crawled the renamed homepage, its cards and the docs page in the same run.
+    report = json.loads((gate_dir / "report.json").read_text())
+    assert report["ok"] and report["links_total"] >= 2, report
+    assert any(link["url"].endswith("/docs") or "/docs#" in link["url"] for link in report["links"]), report
 
     # A rerun of the same inventory changes nothing anywhere.
     rc, stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=LIMIT, inventory=inventory, extra_vars={"fleet_client_dir": str(client_dir)})
