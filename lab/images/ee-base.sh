@@ -1,13 +1,13 @@
 # shellcheck shell=bash disable=SC2034  # variables are read by lab/build.sh
 # Base of the execution environment (execution-environment.yml): Debian 12 with python3, pip and
 # venv (ansible-builder's assemble makes a venv), podman as the client of the controller's podman
-# (the lab's containers.podman connection, through CONTAINER_HOST) and openssh-client for
-# production's SSH hosts. ansible-builder 3 drives a dnf-like package manager
-# (options.package_manager_path): /usr/local/bin/apt-dnf answers its two calls, `install -y PKG..`
-# and `clean all`, with apt-get.
+# (the lab's containers.podman connection, through CONTAINER_HOST), openssh-client for
+# production's SSH hosts, and Debian's chromium for the browser gate (Playwright drives it).
+# ansible-builder 3 drives a dnf-like package manager (options.package_manager_path):
+# /usr/local/bin/apt-dnf answers its two calls, `install -y PKG..` and `clean all`, with apt-get.
 SUITE=bookworm
 PACKAGES=ca-certificates,python3,python3-pip,python3-venv,openssh-client
-APT_PACKAGES=(podman)
+APT_PACKAGES=(podman chromium)
 IMAGE_CHANGES=()
 
 customize() {
