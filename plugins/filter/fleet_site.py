@@ -88,22 +88,29 @@ def models_fragments(endpoints: list[dict[str, Any]]) -> dict[str, str]:
         raise AnsibleFilterError(f"client fragments: {exc}") from None
 
 
-def served_id_renames(endpoints: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """old -> new for every id an endpoint's kept records served that it no longer serves. An id
-    another endpoint serves now is never renamed away from it (two endpoints may swap ids)."""
+def served_id_renames(endpoints: list[dict[str, Any]], extra: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+    """old -> new for every id an endpoint's kept records served that it no longer serves (an
+    endpoint renamed twice gives two, both to its current id; the re-key moves whichever holds
+    rows). An id another endpoint serves now is never renamed away: the id went with its alias
+    (seed 001: "Radiance wins every axis, so it takes the alias") and OpenWebUI's rows stay with
+    it. `extra` (openwebui_extra_renames) comes first and overrides any computed rename of the
+    same old id."""
+    extra = [dict(r) for r in extra or []]
+    named = {r.get("from") for r in extra}
     serving = {e["served_id"] for e in endpoints}
-    renames = []
+    renames: list[dict[str, str]] = []
     for endpoint in endpoints:
         for old in dict.fromkeys(endpoint.get("served_ids_kept") or []):
-            if old != endpoint["served_id"] and old not in serving:
+            if old != endpoint["served_id"] and old not in serving and old not in named:
                 renames.append({"from": old, "to": endpoint["served_id"]})
     olds = [r["from"] for r in renames]
     twice = sorted({o for o in olds if olds.count(o) > 1})
     if twice:
         raise AnsibleFilterError(
-            f"served_id_renames: {', '.join(twice)} was served by more than one endpoint's kept records; name the rename in openwebui_renames"
+            f"served_id_renames: {', '.join(twice)} was served by more than one endpoint's kept records; "
+            "say where its OpenWebUI rows go in openwebui_extra_renames ({from: OLD, to: NEW})"
         )
-    return renames
+    return extra + renames
 
 
 class FilterModule:

@@ -26,8 +26,10 @@ AUDIENCES = ("user", "admin")
 MAX_SERVICES = 200  # a homepage, not a directory: more than this is an inventory mistake
 MAX_TEXT = 500  # a card's description is a sentence or two
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_SCHEME_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
-_SITE_PATH = re.compile(r"^/[^\s]*$")
+# A card's link: an http(s) URL without credentials in it (they would be published), or a path on
+# this site; "//host" and "/\\host" are other sites to a browser, not paths.
+_SCHEME_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#][^\s]*)?$")
+_SITE_PATH = re.compile(r"^/(?![/\\])[^\s]*$")
 
 # The browser gate's contract (plugins/module_utils/browser): every card is an `a.card`, the docs
 # page is linked as `a.docs-link`, and each model card links to its row in the docs' model guide.
@@ -82,6 +84,9 @@ def service_cards(services: list[dict[str, Any]] | None) -> list[Card]:
         if unknown:
             raise HomepageError(f"{field}: unknown key(s) {', '.join(unknown)}; the keys are name, url, audience, description")
         url = _text(service.get("url"), f"{field}.url")
+        if "@" in url.split("/", 3)[2 if "://" in url else 0]:
+            # Not echoed: it may hold a password.
+            raise HomepageError(f"{field}.url: holds credentials (user:password@host); a card is published, so link without them")
         if not (_SCHEME_URL.match(url) or _SITE_PATH.match(url)):
             raise HomepageError(f"{field}.url: {url!r} is neither an http(s) URL nor a path on this site (starting with /)")
         audience = service.get("audience", "user")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 # The loop page: a signed-out app's sign-in flow redirecting its own top frame, forever.
 LOOP_PAGE = (
@@ -29,10 +30,14 @@ class Site(BaseHTTPRequestHandler):
     """/ every kind of card; /good/ only cards that pass. Served at 127.0.0.1; /elsewhere sends
     the browser to localhost, the same server under another hostname."""
 
+    # (Host header, Authorization header) of every request: where a credential went.
+    requests: ClassVar[list[tuple[str, str | None]]] = []
+
     def log_message(self, *args) -> None:
         pass
 
     def do_GET(self) -> None:
+        Site.requests.append((str(self.headers.get("Host")), self.headers.get("Authorization")))
         port = self.server.server_port
         path = self.path.split("?")[0]
         if path == "/":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from browser_site import serve_site
+from browser_site import Site, serve_site
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.browser.gate import (
     DEFAULT_CHROMIUM,
@@ -76,6 +76,18 @@ def test_gate_judges_every_card_of_the_local_site(site, tmp_path):
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == ["link-03.png", "link-04.png", "link-05.png"]
     assert all((tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in pngs)
+
+
+def test_a_credential_header_goes_to_the_homepage_origin_only(site, tmp_path):
+    """/elsewhere redirects to the same server under another hostname: the bearer token sent to
+    the homepage's origin must not follow it there."""
+    Site.requests.clear()
+    run_gate(GateOptions(url=f"{site}/", report_dir=str(tmp_path), settle_quiet_s=0.3, headers={"Authorization": "Bearer gate-token"}))
+    home_host = site.split("//", 1)[1]
+    to_home = [auth for host, auth in Site.requests if host == home_host]
+    elsewhere = [auth for host, auth in Site.requests if host.startswith("localhost")]
+    assert to_home and all(auth == "Bearer gate-token" for auth in to_home)
+    assert elsewhere and not any(elsewhere), elsewhere
 
 
 def test_an_empty_homepage_fails(site, tmp_path):

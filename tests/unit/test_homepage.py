@@ -117,6 +117,9 @@ def test_markup_in_a_description_is_escaped():
         ({"url": "/x"}, r"homepage_services\[0\]\.name: is required"),
         ({"name": "x"}, r"homepage_services\[0\]\.url: is required"),
         ({"name": "x", "url": "javascript:alert(1)"}, r"homepage_services\[0\]\.url: .* neither an http\(s\) URL nor a path"),
+        ({"name": "x", "url": "//evil.example/"}, r"homepage_services\[0\]\.url: .* neither an http\(s\) URL nor a path"),
+        ({"name": "x", "url": "/\\evil.example/"}, r"homepage_services\[0\]\.url: .* neither an http\(s\) URL nor a path"),
+        ({"name": "x", "url": "https://admin:hunter2@grafana.example/"}, r"homepage_services\[0\]\.url: holds credentials \(user:password@host\);"),
         ({"name": "x", "url": "/x", "audience": "everyone"}, r"homepage_services\[0\]\.audience: 'everyone'; use one of user, admin"),
         ({"name": "x\ny", "url": "/x"}, r"homepage_services\[0\]\.name: contains a control character"),
         ({"name": "x", "url": "/x", "colour": "red"}, r"homepage_services\[0\]: unknown key\(s\) colour"),
@@ -185,3 +188,34 @@ def test_site_files_refuse_a_planted_symlink(tmp_path):
     with pytest.raises(StepError, match="is a symlink"):
         _ensure(site, {"index.html": "x"})
     assert target.read_text() == "keep"
+
+
+def test_an_endpoint_renamed_twice_names_both_old_ids_and_extra_renames_win():
+    hv = _hostvars(
+        **{
+            "frank-secondary": {
+                "endpoint_shape": SECONDARY,
+                "__endpoint_deploy": {"generations": [{"served_id": "frank-zealot"}, {"served_id": "frank-stalker"}, {"served_id": "frank-secondary"}]},
+            },
+            "frank-primary": {"endpoint_shape": PRIMARY},
+        }
+    )
+    endpoints = fleet_endpoints(["frank-secondary", "frank-primary"], hv)
+    assert served_id_renames(endpoints) == [{"from": "frank-stalker", "to": "frank-zealot"}, {"from": "frank-secondary", "to": "frank-zealot"}]
+    extra = [{"from": "frank-secondary", "to": "frank-archon-legacy"}]
+    assert served_id_renames(endpoints, extra) == [*extra, {"from": "frank-stalker", "to": "frank-zealot"}]
+
+
+def test_an_old_id_two_endpoints_served_is_refused_naming_the_variable():
+    from ansible.errors import AnsibleFilterError
+
+    hv = _hostvars(
+        **{
+            "frank-secondary": {"endpoint_shape": SECONDARY, "__endpoint_deploy": {"generations": [{"served_id": "frank-small"}]}},
+            "frank-primary": {"endpoint_shape": PRIMARY, "__endpoint_deploy": {"generations": [{"served_id": "frank-small"}]}},
+        }
+    )
+    endpoints = fleet_endpoints(["frank-secondary", "frank-primary"], hv)
+    with pytest.raises(AnsibleFilterError, match="frank-small was served by more than one .*openwebui_extra_renames"):
+        served_id_renames(endpoints)
+    assert served_id_renames(endpoints, [{"from": "frank-small", "to": "frank-zealot"}]) == [{"from": "frank-small", "to": "frank-zealot"}]

@@ -218,6 +218,30 @@ def test_two_renames_move_in_one_transaction(openwebui_db):
     assert config_value(openwebui_db, "ui.default_models") == f"{NEW},frank-archon"
 
 
+def test_an_endpoint_renamed_twice_moves_the_id_that_holds_rows(openwebui_db):
+    """frank-large -> frank-dragoon -> frank-goliath: the kept records name both old ids, and the
+    rows sit under the newest of them; the older one is absent and not a conflict."""
+    seed_model(openwebui_db, NEW, grants=GRANTS)
+    seed_connections(openwebui_db, [NEW], [])
+    renames = parse_renames([{"from": OLD, "to": "frank-goliath"}, {"from": NEW, "to": "frank-goliath"}])
+    result = apply_rekey(str(openwebui_db), renames)
+    assert result.changed
+    assert rows(openwebui_db, "SELECT id FROM model") == [("frank-goliath",)]
+    assert config_value(openwebui_db, "openai.api_configs")["0"]["model_ids"] == ["frank-goliath"]
+    again = apply_rekey(str(openwebui_db), renames)
+    assert not again.changed and backups(openwebui_db) == [Path(result.backup)]
+
+
+def test_two_old_ids_holding_rows_for_one_new_id_are_refused_naming_both(openwebui_db):
+    seed_model(openwebui_db, OLD)
+    seed_model(openwebui_db, NEW)
+    before = fingerprint(openwebui_db)
+    renames = parse_renames([{"from": OLD, "to": "frank-goliath"}, {"from": NEW, "to": "frank-goliath"}])
+    with pytest.raises(RekeyError, match="'frank-large' .*'frank-dragoon' .*would all become 'frank-goliath', merging models"):
+        apply_rekey(str(openwebui_db), renames)
+    assert fingerprint(openwebui_db) == before and backups(openwebui_db) == []
+
+
 def test_a_failure_inside_the_transaction_leaves_every_row_as_it_was(openwebui_db, monkeypatch):
     seeded_fleet(openwebui_db)
     from ansible_collections.frank.llm_fleet.plugins.module_utils.clients import openwebui

@@ -39,7 +39,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
 try:
@@ -463,6 +463,27 @@ def chromium_args() -> list[str]:
     return ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
 
 
+def same_origin(url: str, home: str) -> bool:
+    a, b = urlsplit(url), urlsplit(home)
+    return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+
+
+def _send_headers_to_home_only(context: Any, home: str, headers: dict[str, str]) -> None:
+    """A credential header (an auth proxy's bearer token) goes to the homepage's own origin only:
+    a card or a redirect leading to another host must never receive it. Playwright carries headers
+    given to route.continue_ into the redirects a request starts, so the home origin's requests are
+    fetched here without following redirects and handed to Chromium, which then asks for the
+    redirect's target as a new request that this handler judges again."""
+
+    def add_headers(route: Any, request: Any) -> None:
+        if same_origin(request.url, home):
+            route.fulfill(response=route.fetch(headers={**request.headers, **headers}, max_redirects=0))
+        else:
+            route.continue_()
+
+    context.route("**/*", add_headers)
+
+
 def run_gate(options: GateOptions) -> GateReport:
     """Launch Chromium, crawl, write report.json (and a PNG per failing link) into report_dir."""
     if not HAS_PLAYWRIGHT:
@@ -474,7 +495,9 @@ def run_gate(options: GateOptions) -> GateReport:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=options.chromium_path, headless=True, args=chromium_args())
         try:
-            context = browser.new_context(ignore_https_errors=not options.validate_certs, extra_http_headers=dict(options.headers) or None)
+            context = browser.new_context(ignore_https_errors=not options.validate_certs)
+            if options.headers:
+                _send_headers_to_home_only(context, options.url, dict(options.headers))
             report = Crawl(context.new_page(), options).run()
         finally:
             browser.close()

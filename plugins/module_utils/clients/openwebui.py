@@ -112,6 +112,15 @@ class Plan:
     def conflicts(self) -> tuple[RenamePlan, ...]:
         return tuple(item for item in self.renames if item.status == "conflict")
 
+    @property
+    def merges(self) -> dict[str, list[RenamePlan]]:
+        """New ids that more than one old id would move rows into: two models would become one."""
+        moving: dict[str, list[RenamePlan]] = {}
+        for item in self.renames:
+            if item.moves:
+                moving.setdefault(item.rename.new, []).append(item)
+        return {new: items for new, items in moving.items() if len(items) > 1}
+
 
 @dataclass
 class Result:
@@ -146,7 +155,8 @@ def parse_served_id(value: Any, name: str) -> str:
 def parse_renames(value: Any) -> tuple[Rename, ...]:
     """The renames option: a list of {from, to}. An id may be renamed once, and no id may be both
     a source and a target (a chain or a swap depends on the order of the writes: do it in two
-    runs)."""
+    runs). Several old ids may go to one new id (an endpoint renamed twice keeps both old ids in
+    its records); the plan refuses when more than one of them still holds rows."""
     if not isinstance(value, (list, tuple)):
         raise RekeyError("renames: expected a list of {from: OLD, to: NEW}")
     renames = []
@@ -161,10 +171,9 @@ def parse_renames(value: Any) -> tuple[Rename, ...]:
         renames.append(Rename(old, new))
     sources = [r.old for r in renames]
     targets = [r.new for r in renames]
-    for label, ids in (("from", sources), ("to", targets)):
-        twice = sorted({i for i in ids if ids.count(i) > 1})
-        if twice:
-            raise RekeyError(f"renames: {twice} appear twice as {label}; each id is renamed once")
+    twice = sorted({i for i in sources if sources.count(i) > 1})
+    if twice:
+        raise RekeyError(f"renames: {twice} appear twice as from; each id is renamed once")
     both = sorted(set(sources) & set(targets))
     if both:
         raise RekeyError(f"renames: {both} are both a from and a to (a chain or a swap); split it into two runs")
@@ -326,6 +335,12 @@ def plan_rekey(db: str, renames: Sequence[Rename]) -> Plan:
 
 
 def refuse_conflicts(plan: Plan) -> None:
+    for new, items in plan.merges.items():
+        olds = ", ".join(f"{item.rename.old!r} ({', '.join(map(str, item.moves))})" for item in items)
+        raise RekeyError(
+            f"renames: {olds} all hold rows and would all become {new!r}, merging models; "
+            "remove the stale one in OpenWebUI or leave it out of the renames (nothing was changed)"
+        )
     if plan.conflicts:
         lines = [f"{item.rename.old!r} -> {item.rename.new!r}: the new id is already in {', '.join(map(str, item.present))}" for item in plan.conflicts]
         raise RekeyError(
@@ -388,9 +403,11 @@ def apply_rekey(db: str, renames: Sequence[Rename], *, backup: bool = True, chec
     """Re-key `renames` in the database at `db`: plan under the write lock, refuse conflicts,
     back up, write, commit. Nothing to move: no backup, changed=False."""
     path = check_db_path(db)
-    if check_mode:
-        plan = plan_rekey(db, renames)
-        refuse_conflicts(plan)
+    # Read-only first: a deploy after a rename names the old ids every time, and most runs have
+    # nothing to move; they must not take (or wait for) OpenWebUI's write lock.
+    plan = plan_rekey(db, renames)
+    refuse_conflicts(plan)
+    if check_mode or not plan.changed:
         return _result(plan, None)
     conn = connect(path, read_only=False)
     try:
