@@ -37,7 +37,7 @@ def _expected(inventory=LAB_INVENTORY) -> dict[str, str]:
 def test_homepage_serves_the_generated_site_and_reruns_clean(tmp_path):
     rc, stats, out = playbook(tmp_path, "companions.yml", limit="homepage")
     assert rc == 0, failures(out) or out[-3000:]
-    own, _ = lab_addresses()
+    own = lab_addresses()[0]
     expected = _expected()
     # What the controller (a user's browser) reads through Caddy is the generated file, byte for byte.
     assert _fetch(f"http://{own}:{PORT}/docs") == expected["docs.html"]
@@ -52,7 +52,7 @@ def test_homepage_serves_the_generated_site_and_reruns_clean(tmp_path):
 
 
 def test_a_shape_change_shows_in_check_mode_and_touches_nothing(tmp_path):
-    rc, _, out = playbook(tmp_path, "companions.yml", limit="homepage")
+    rc, _stats, out = playbook(tmp_path, "companions.yml", limit="homepage")
     assert rc == 0, failures(out) or out[-3000:]
     before = on_host("sha256sum", f"{ROOT}/docs.html")
     shape = {**lab_shape("frank-secondary"), "ctx_size": 4096}

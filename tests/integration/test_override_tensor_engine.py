@@ -38,7 +38,7 @@ def test_the_engine_moves_exactly_the_tensors_the_budget_moves(pairs):
     placed = place_overrides(header.tensors, override_tensor_order(pairs), [0] * (n_layer + 1), n_layer, 1)
     # "load_tensors: CPU model buffer size" follows the last placement line of a load.
     log = boot_log(IMAGE, MODEL, ["-c", "512", "-v", "--override-tensor", override_tensor_flag(pairs)], until="model buffer size")
-    moved_by_engine = {name: buffer for name, buffer in OVERRIDDEN.findall(log)}
+    moved_by_engine = dict(OVERRIDDEN.findall(log))
     assert moved_by_engine, f"no override line in the engine's log:\n{log[-2000:]}"
     assert set(moved_by_engine.values()) == {"CPU"}
     assert set(moved_by_engine) == set(placed.moved)

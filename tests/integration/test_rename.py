@@ -77,7 +77,7 @@ def openwebui_with_the_old_id(tmp_path, request):
 def test_a_rename_is_one_inventory_edit_and_one_run(tmp_path, openwebui_with_the_old_id):
     client_dir = tmp_path / "client"
     # Before: the endpoint is deployed under its own name (the lab's state after the other tests).
-    rc, _, out = playbook(tmp_path, "deploy_fleet.yml", limit=LIMIT, extra_vars={"fleet_client_dir": str(client_dir)})
+    rc, _stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=LIMIT, extra_vars={"fleet_client_dir": str(client_dir)})
     assert rc == 0, failures(out) or out[-3000:]
     assert served(PORT) == OLD
 
@@ -104,7 +104,7 @@ def test_a_rename_is_one_inventory_edit_and_one_run(tmp_path, openwebui_with_the
     assert after["connections"] == [NEW]
     assert on_host("sh", "-c", f"ls {DB}.bak-* | wc -l") == "1"
     # The homepage: the card and the model guide name the new id only.
-    own, _ = lab_addresses()
+    own = lab_addresses()[0]
     docs = _fetch(f"http://{own}:8088/docs")
     index = _fetch(f"http://{own}:8088/")
     assert f'id="model-{NEW}"' in docs and f'id="model-{OLD}"' not in docs
@@ -121,7 +121,7 @@ def test_a_rename_is_one_inventory_edit_and_one_run(tmp_path, openwebui_with_the
     assert on_host("sh", "-c", f"ls {DB}.bak-* | wc -l") == "1"
 
     # Renaming back is the same edit: every place follows again.
-    rc, _, out = playbook(tmp_path, "deploy_fleet.yml", limit=LIMIT, extra_vars={"fleet_client_dir": str(client_dir)})
+    rc, _stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=LIMIT, extra_vars={"fleet_client_dir": str(client_dir)})
     assert rc == 0, failures(out) or out[-3000:]
     assert served(PORT) == OLD
     back = _openwebui_ids(tmp_path / "back.db")

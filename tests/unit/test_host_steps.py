@@ -331,7 +331,7 @@ def test_a_failed_deploy_of_a_new_payload_rolls_back_to_the_old_payloads_bytes(t
 
     c = ready(tmp_path / "models" / "tiny", "c", {"model.gguf": b"payload C that crashes"})
     running = show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")
-    runner, _ = _generation_deploy(tmp_path, dirs, "shape on B", b, state=running)  # no-op: nothing moves, no restart
+    runner = _generation_deploy(tmp_path, dirs, "shape on B", b, state=running)[0]  # no-op: nothing moves, no restart
     assert runner.ran(SYSTEMCTL, "start") == [] and runner.ran(SYSTEMCTL, "stop") == []
     with pytest.raises(StepError, match="The last-known-good shape is serving again") as failure:
         _generation_deploy(tmp_path, dirs, "shape on C", c, start_answers=[FAIL, OK])
