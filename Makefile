@@ -52,7 +52,9 @@ molecule: setup lab-up ## Molecule scenarios on real systemd container hosts
 
 build: setup ## build the collection tarball into build/ and prove it installs
 	ansible-galaxy collection build --force --output-path build
-	tmp=$$(mktemp -d) && ANSIBLE_COLLECTIONS_PATH="$$tmp" ansible-galaxy collection install --force --offline --no-deps -p "$$tmp" build/frank-llm_fleet-*.tar.gz \
+	# This version's tarball only: build/ may still hold an older release's.
+	tmp=$$(mktemp -d) && ANSIBLE_COLLECTIONS_PATH="$$tmp" ansible-galaxy collection install --force --offline --no-deps -p "$$tmp" \
+		build/frank-llm_fleet-$$(sed -n 's/^version: *//p' galaxy.yml).tar.gz \
 		&& test -f "$$tmp/ansible_collections/frank/llm_fleet/plugins/modules/vram_budget.py" && rm -rf "$$tmp"
 
 .PHONY: ee ee-check
