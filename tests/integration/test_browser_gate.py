@@ -115,20 +115,26 @@ def test_bare_goto_home_dies_on_the_redirect_loop(site, browser_page):
     assert is_navigation_abort(errors[0]), errors[0]
 
 
+def fail_way_home(browser_page, site: str, leaving: str, times: int, error: str) -> None:
+    """The first `times` returns home (to /good/) from a page whose path starts with `leaving`
+    fail with Chromium's `error` (route.abort's name for it); every other request goes through."""
+    failed = []
+
+    def handler(route):
+        if browser_page.url.startswith(f"{site}{leaving}") and len(failed) < times:
+            failed.append(browser_page.url)
+            route.abort(error)
+        else:
+            route.continue_()
+
+    browser_page.route(f"{site}/good/", handler)
+
+
 def test_way_home_reissues_err_aborted_and_the_loop_passes(site, browser_page, tmp_path):
     """Chromium's net::ERR_ABORTED on the way home from the loop page (the seed's message, here
     made certain on the first two tries instead of waiting on the race) is re-issued and counted,
     and the loop page passes."""
-    aborted = []
-
-    def abort_twice_from_the_loop(route):
-        if browser_page.url.startswith(f"{site}/loop") and len(aborted) < 2:
-            aborted.append(browser_page.url)
-            route.abort("aborted")
-        else:
-            route.continue_()
-
-    browser_page.route(f"{site}/good/", abort_twice_from_the_loop)
+    fail_way_home(browser_page, site, "/loop", times=2, error="aborted")
     report = Crawl(browser_page, GateOptions(url=f"{site}/good/", report_dir=str(tmp_path), settle_quiet_s=0.5)).run()
     links = {link.url.removeprefix(site): link for link in report.links}
     assert report.ok, [link.reasons for link in report.links]
@@ -140,16 +146,7 @@ def test_way_home_reissues_err_aborted_and_the_loop_passes(site, browser_page, t
 
 
 def test_any_other_error_on_the_way_home_fails_that_link_only(site, browser_page, tmp_path):
-    refused = []
-
-    def refuse_once_from_ok(route):
-        if browser_page.url == f"{site}/ok" and not refused:
-            refused.append(browser_page.url)
-            route.abort("connectionrefused")
-        else:
-            route.continue_()
-
-    browser_page.route(f"{site}/good/", refuse_once_from_ok)
+    fail_way_home(browser_page, site, "/ok", times=1, error="connectionrefused")
     report = Crawl(browser_page, GateOptions(url=f"{site}/good/", report_dir=str(tmp_path), settle_quiet_s=0.3)).run()
     links = {link.url.removeprefix(site): link for link in report.links}
     assert list(links) == ["/good/", "/ok", "/loop", "/docs"]
