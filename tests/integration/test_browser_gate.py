@@ -104,9 +104,11 @@ def test_bare_goto_home_dies_on_the_redirect_loop(site, browser_page):
     when our request is cancelled first: either is the class the way home re-issues."""
     errors = []
     for _trip in range(60):
-        browser_page.goto(f"{site}/loop", wait_until="commit")
-        time.sleep(0.2)
+        # Both gotos are bare: the loop page left behind by the last trip may still be navigating
+        # when we go back to it, and that cancel is the same class as the one on the way home.
         try:
+            browser_page.goto(f"{site}/loop", wait_until="commit")
+            time.sleep(0.2)
             browser_page.goto(f"{site}/", wait_until="load", timeout=10000)
         except Exception as exc:  # the bare goto had no handler; the test records what killed it
             errors.append(str(exc).splitlines()[0])
@@ -138,10 +140,11 @@ def test_way_home_reissues_err_aborted_and_the_loop_passes(site, browser_page, t
     report = Crawl(browser_page, GateOptions(url=f"{site}/good/", report_dir=str(tmp_path), settle_quiet_s=0.5)).run()
     links = {link.url.removeprefix(site): link for link in report.links}
     assert report.ok, [link.reasons for link in report.links]
-    # Two forced aborts; the loop's own race may add one more, of the same class.
-    first, second, *natural = links["/loop"].home_reissues
-    assert first == second == f"Page.goto: net::ERR_ABORTED at {site}/good/"
-    assert all(is_navigation_abort(message) for message in natural)
+    # Two forced aborts; the loop's own race may add more of the same class, before or between them.
+    reissues = links["/loop"].home_reissues
+    forced = [message for message in reissues if message == f"Page.goto: net::ERR_ABORTED at {site}/good/"]
+    assert len(forced) >= 2, reissues  # a natural cancel may carry the same words
+    assert all(is_navigation_abort(message) for message in reissues)
     assert links["/ok"].home_reissues == [] and report.as_dict()["home_reissues"] >= 2
 
 
