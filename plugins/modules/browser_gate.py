@@ -17,11 +17,13 @@ description:
     O(settle_quiet) seconds within O(settle_timeout)), its final hostname is the link's own or one of
     O(allowed_hosts), no frame shows a login form (a password input or authentik's C(uidField)) and
     its main response answered below 500.
-  - Between links the crawl returns to the homepage. An app that keeps redirecting its top frame
-    can cancel that navigation (C(net::ERR_ABORTED), or in Playwright's words for the same cancel
-    C(is interrupted by another navigation)); only that cancel is re-issued, at most
-    O(home_retries) times, each counted in the result. Any other error fails the link the crawl was
-    returning from, not the crawl. O(deadline) bounds the whole gate.
+  - Between links the crawl returns to the homepage in a fresh page of the same browser context,
+    leaving the judged page behind until the gate ends, since an app that keeps redirecting its top
+    frame cancels a navigation issued in its page. A cancel on the way home (C(net::ERR_ABORTED),
+    or in Playwright's words for the same cancel C(is interrupted by another navigation)) is the
+    only error re-issued, at most O(home_retries) times, each counted in the result. Any other
+    error fails the link the crawl was returning from, not the crawl. O(deadline) bounds the whole
+    gate.
   - Writes C(report.json) and a PNG screenshot per failing link into O(report_dir), then fails when
     any link failed.
   - Runs on the controller (C(delegate_to=localhost)) with an interpreter that has the Python

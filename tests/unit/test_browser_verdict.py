@@ -262,10 +262,20 @@ class FakeSitePage(FakePage):
         self.frames: list = []
         self.main_frame = object()
         self.screenshots: list[str] = []
+        self.events: list[str] = []  # gotos and page swaps, in order
+
+    @property
+    def context(self):
+        return self  # new_page() hands back this fake, which keeps recording
+
+    def new_page(self):
+        self.events.append("new page")
+        return self
 
     def goto(self, url: str, *, timeout: float, wait_until: str):
         self.clock.sleep(1.0)
         self.gotos.append(url)
+        self.events.append(url)
         self.url = url
         return self.Response(self.statuses.get(url, 200))
 
@@ -297,3 +307,15 @@ def test_a_failing_link_does_not_stop_the_crawl_and_the_deadline_bounds_it(tmp_p
     assert verdicts["https://home.example/d"].reasons == ["deadline: the gate's 9 s passed before this link"]
     assert page.screenshots == [str(tmp_path / "link-02.png")]
     assert "https://home.example/d" not in page.gotos
+
+
+def test_each_judged_page_is_left_behind_for_the_way_home(tmp_path):
+    """A page that keeps redirecting its top frame would cancel a goto home issued in it (seed 004)
+    or land over it: the crawl goes home in a fresh page. The judged page is never closed: a close
+    racing its own navigation can hang forever (a Chromium bug), so it goes with the browser."""
+    clock = FakeClock()
+    page = FakeSitePage({}, ["/a", "/b"], clock)
+    report = Crawl(page, GateOptions(url=HOME, report_dir=str(tmp_path), settle_quiet_s=0.2), clock).run()
+    assert report.ok
+    a, b = "https://home.example/a", "https://home.example/b"
+    assert page.events == [HOME, a, "new page", HOME, b, "new page", HOME]

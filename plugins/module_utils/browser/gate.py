@@ -22,12 +22,15 @@ The per-link verdict (``judge``), each check named as the report names it:
 
 Between links the crawl returns to the homepage. An app that keeps redirecting its top frame can
 cancel that navigation; Chromium reports it as ``net::ERR_ABORTED`` (seed 004: the bare goto died
-outside the try, once as a 420 s timeout of the deploy gate). Only that cancel is re-issued, at
-most ``home_retries`` times, each re-issue counted in the report; Playwright names the same
-cancel "is interrupted by another navigation" when the page's own navigation is announced before
-our request is cancelled, so that wording is the same class, and so is a landing the page left
-behind takes back a moment later (return_home). Any other error fails the link being returned
-from, never the whole crawl, and ``deadline_s`` bounds the whole gate.
+outside the try, once as a 420 s timeout of the deploy gate). So the crawl leaves each judged
+page behind and goes home in a fresh page of the same browser context (cookies, routes and
+headers kept), where the left page's scripts cannot reach the navigation. A cancel may still
+come (a homepage that redirects itself): only that class is re-issued, at most ``home_retries``
+times, each re-issue counted in the report; Playwright names the same cancel "is interrupted by
+another navigation" when the other navigation is announced before our request is cancelled, so
+that wording is the same class, and so is a landing taken back a moment later (return_home). Any
+other error fails the link being returned from, never the whole crawl, and ``deadline_s`` bounds
+the whole gate.
 """
 
 from __future__ import annotations
@@ -356,6 +359,7 @@ class Crawl:
 
     def __init__(self, page, options: GateOptions, clock: Callable[[], float] = time.monotonic) -> None:
         self.page = page
+        self.left_behind: list = []  # judged pages, never closed (see _leave_page)
         self.options = options
         self.clock = clock
         self.deadline = clock() + options.deadline_s
@@ -409,6 +413,17 @@ class Crawl:
         verdict.seconds = round(self.clock() - started, 2)
         return verdict
 
+    def _leave_page(self) -> None:
+        """Go on in a fresh page of the same context; the one just judged is left open, untouched.
+        A page that keeps redirecting its top frame cancels a goto home issued in it, or lands
+        over it after it arrived (the lab's loop card failed its way home after 5 re-issues on a
+        loaded machine). Closing it is no way out: Chromium can acknowledge the close of a page
+        whose own navigation is committing and never close it, and page.close() then waits
+        forever (measured: 3 hangs in 23 runs over the loop page with the cores busy). The pages
+        left behind go when the browser does, at the end of the gate."""
+        self.left_behind.append(self.page)
+        self.page = self.page.context.new_page()
+
     def _hrefs(self) -> list[str]:
         hrefs: list[str] = []
         for selector in self.options.link_selectors:
@@ -437,6 +452,7 @@ class Crawl:
                 verdicts.append(LinkVerdict(link, hostname(link), "", None, checks=checks, reasons=[late]))
                 continue
             verdict = self._verdict(index, self._observe(link), link_started)
+            self._leave_page()
             try:
                 verdict.home_reissues = return_home(self.page, self.options.url, self._timeout(), self.options.home_retries, home.final_url)
             except WayHomeError as exc:
