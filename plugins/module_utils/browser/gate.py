@@ -355,7 +355,9 @@ def _screenshot(page, report_dir: str, index: int, attempts: int = 3) -> str:
 
 
 class Crawl:
-    """One pass of the gate over one homepage, on a Playwright page the caller owns."""
+    """One pass of the gate over one homepage, starting on a Playwright page the caller owns. The
+    way home opens further pages in that page's context and leaves the judged ones open (see
+    _leave_page): the caller closes the context or the browser when the crawl is done."""
 
     def __init__(self, page, options: GateOptions, clock: Callable[[], float] = time.monotonic) -> None:
         self.page = page
