@@ -90,7 +90,7 @@ def test_only_the_navigation_abort_is_tolerated(message, tolerated):
 class FakePage:
     """Answers each goto from a script: None lands on the URL, a string raises it as Playwright
     would; `lands_anyway` makes the page arrive home after an abort (ours landed late); each URL
-    of `drifts` is where the page left behind takes the frame after one landing, in turn."""
+    of `drifts` is where another navigation takes the frame after one landing, in turn."""
 
     def __init__(self, script: list[str | None], url: str = "https://home.example/plex/web/", lands_anyway: bool = False, drifts=()) -> None:
         self.script = list(script)
@@ -133,7 +133,7 @@ def test_a_landing_the_page_left_behind_navigates_over_is_reissued():
     loop = "https://home.example/plex/web/index.html#!/signin"
     page = FakePage([None, None], drifts=[loop])
     (reissue,) = return_home(page, HOME, 15, retries=5)
-    assert reissue == f"landed home, then the page left behind navigated over it to {loop}"
+    assert reissue == f"landed home, then another navigation took the frame to {loop}"
     assert page.gotos == [HOME, HOME] and page.url == HOME
 
 
@@ -142,7 +142,7 @@ def test_a_landing_taken_back_before_the_first_look_is_reissued():
     page = FakePage([None, None])
     landings = iter([loop, HOME])
     page.goto = lambda url, **_: (page.gotos.append(url), setattr(page, "url", next(landings)))
-    assert return_home(page, HOME, 15, retries=5) == [f"landed home, then the page left behind navigated over it to {loop}"]
+    assert return_home(page, HOME, 15, retries=5) == [f"landed home, then another navigation took the frame to {loop}"]
     assert page.gotos == [HOME, HOME]
 
 

@@ -274,9 +274,10 @@ def return_home(page: Page, home_url: str, timeout_s: float, retries: int, lande
     Playwright also reports the abort when another document commits while ours is still on its
     way, and ours may then land after all: each abort first waits up to landing_s for the
     homepage, so that a late landing is not raced by a re-issue (nor later by the next link).
-    A landing is kept only once the page stayed home for stay_s: the page left behind may still
-    commit its own navigation over ours, the same cancel arriving late, counted and re-issued.
-    landed_url is where the homepage's first visit ended (a homepage may redirect once)."""
+    A landing is kept only once the page stayed home for stay_s: another navigation (the
+    homepage's own; the crawl calls this in a fresh page, see Crawl._leave_page) may still commit
+    over ours, the same cancel arriving late, counted and re-issued. landed_url is where the
+    homepage's first visit ended (a homepage may redirect once)."""
 
     def at_home(url: str) -> bool:
         return same_page(url, home_url) or (bool(landed_url) and same_page(url, landed_url))
@@ -299,8 +300,8 @@ def return_home(page: Page, home_url: str, timeout_s: float, retries: int, lande
                 if message:
                     reissues.append(message)
                 return reissues
-        if landed or not message:  # Playwright saw ours land; the page left behind took the frame back
-            message = f"{message or 'landed home'}, then the page left behind navigated over it to {page.url}"
+        if landed or not message:  # Playwright saw ours land; another navigation took the frame back
+            message = f"{message or 'landed home'}, then another navigation took the frame to {page.url}"
         reissues.append(message)
         if len(reissues) > retries:
             raise WayHomeError(f"{message} (still, after {retries} re-issues)", reissues)
