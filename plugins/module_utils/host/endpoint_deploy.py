@@ -10,7 +10,6 @@ less.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -26,8 +25,8 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload import generations as payload_generations
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, load_manifest
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import size_gate
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import MAX_MANIFEST_BYTES, ManifestError, manifest_digest, parse_manifest_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import not_whole
 
 RECORD_FILE = "last-good.json"
 LEDGER_FILE = "boot-ledger.json"
@@ -319,10 +318,6 @@ def _restore(
     }
 
 
-# A manifest lists a payload's files; one larger than this is not one of ours.
-MAX_MANIFEST_BYTES = 16 << 20
-
-
 def unit_with_firewall(unit: dict[str, Any], firewall_pre_start: list[list[str]] | None) -> dict[str, Any]:
     """The unit loads the endpoint's nftables table before every start with full privileges
     (systemd's `+`): a sandboxed native engine's unit (its own user, no capabilities) cannot."""
@@ -337,7 +332,7 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
         text = read_text(identity["manifest"], MAX_MANIFEST_BYTES)
         if text is None:
             raise StepError(f"payload.manifest: {identity['manifest']} does not exist", {"changed": False})
-        identity["manifest_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        identity["manifest_sha256"] = manifest_digest(text)
         if int(payload.get("generations") or 0) > 0:
             # The generation directory holding this payload is named by the same digest.
             identity["generation"] = identity["manifest_sha256"]
@@ -370,7 +365,7 @@ def _payload_diffs(switched: dict[str, Any] | None, retention: dict[str, Any] | 
 def _switch_payload(payload: dict[str, Any], host: Host, bring_back: bool) -> dict[str, Any]:
     try:
         return payload_generations.switch(str(payload.get("dir") or ""), payload["generation"], host, bring_back=bring_back)
-    except (payload_generations.GenerationError, ManifestError, OSError) as exc:
+    except (payload_generations.GenerationError, OSError) as exc:
         raise StepError(str(exc), {"changed": False}) from None
 
 
@@ -406,7 +401,7 @@ def check_payload(record: dict[str, Any]) -> None:
     if not manifest_path or not payload.get("manifest_sha256"):
         return
     text = read_text(manifest_path, MAX_MANIFEST_BYTES)
-    now = hashlib.sha256(text.encode("utf-8")).hexdigest() if text is not None else None
+    now = manifest_digest(text) if text is not None else None
     if now != payload["manifest_sha256"]:
         raise StepError(
             f"payload: the known-good shape ran {payload.get('dir')} with manifest {manifest_path} (sha256 {payload['manifest_sha256'][:12]}), "
@@ -415,12 +410,11 @@ def check_payload(record: dict[str, Any]) -> None:
             {"changed": False},
         )
     try:
-        manifest = load_manifest(manifest_path)
-    except (ManifestError, OSError) as exc:
+        manifest = parse_manifest_text(text, manifest_path)  # the text just pinned by its digest
+    except ManifestError as exc:
         raise StepError(f"payload: {manifest_path}: {exc}", {"changed": False}) from None
-    wrong = [v for v in (size_gate(entry, str(payload.get("dir") or "")) for entry in manifest.files) if v.status != "ok"]
-    if wrong:
-        listed = ", ".join(f"{v.path} ({v.status})" for v in wrong[:5])
+    listed = not_whole(manifest, str(payload.get("dir") or ""))
+    if listed:
         raise StepError(f"payload: the known-good shape's payload in {payload.get('dir')} is not whole: {listed}", {"changed": False})
 
 

@@ -23,7 +23,6 @@ whenever the link moved.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -33,12 +32,14 @@ from typing import Any
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import (
+    MAX_MANIFEST_BYTES,
     Manifest,
     ManifestError,
     destination_path,
+    manifest_digest,
     parse_manifest_text,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import size_gate, stamped_digest, write_stamp
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import not_whole, size_gate, stamped_digest, write_stamp
 
 GENERATIONS_SUFFIX = ".generations"
 STAGED_DIR = ".purge-staged"
@@ -47,16 +48,10 @@ STAGED_DIR = ".purge-staged"
 MANIFEST_COPY = ".llm-fleet-manifest"
 REJECTED_MARK = ".rejected-"
 _DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
-# A manifest is a few KiB; one near this bound is not one of ours.
-MAX_MANIFEST_BYTES = 16 << 20
 
 
 class GenerationError(ValueError):
     """A generation layout that cannot be used as it is; names the path and the fix."""
-
-
-def manifest_digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def valid_name(name: Any) -> str:
@@ -200,7 +195,8 @@ def prepare(payload_dir: str, manifest_path: str, host: Host) -> dict[str, Any]:
         host.makedirs(directory)
         if current and current != name:
             result["shared"] = _share(manifest, layout.path(current), directory, host)
-    if _manifest_of(directory) is None or _manifest_of(directory)[0] != text:
+    kept = _manifest_of(directory)
+    if kept is None or kept[0] != text:
         host.write(os.path.join(directory, MANIFEST_COPY), text, 0o644)
     if state == "absent":
         host.point(layout.link, layout.target(name))
@@ -295,9 +291,8 @@ def _check_generation(directory: str, name: str) -> None:
             f"payload: generation {directory} has no manifest copy {MANIFEST_COPY} of sha256 {name[:12]}: it is not a generation "
             "this collection made; move it away and fetch the payload again"
         )
-    wrong = [v for v in (size_gate(entry, directory) for entry in kept[1].files) if v.status != "ok"]
-    if wrong:
-        listed = ", ".join(f"{v.path} ({v.status})" for v in wrong[:5])
+    listed = not_whole(kept[1], directory)
+    if listed:
         raise GenerationError(f"payload: generation {directory} is not whole: {listed}; fetch it again (hf_payload_gate state=fetch)")
 
 

@@ -21,6 +21,7 @@ may not escape the destination.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import posixpath
@@ -147,6 +148,16 @@ def parse_manifest(data: Any) -> Manifest:
                 raise ManifestError(f"{where}.git_blob_sha1: expected 40 hex digits (the Hub tree's oid), got {entry.get('git_blob_sha1')!r}")
         files.append(ManifestFile(path, size, sha256, bool(entry.get("lfs", sha256 is not None)), blob))
     return Manifest(repo_id, revision, files, str(data.get("repo_type", "model")))
+
+
+# A manifest lists a payload's files and is a few KiB; one near this bound is not one of ours.
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def manifest_digest(text: str) -> str:
+    """The sha256 of a manifest's exact text: a deploy record pins its payload by it, and a payload
+    generation is named by it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def load_manifest(path: str) -> Manifest:

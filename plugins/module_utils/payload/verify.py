@@ -120,6 +120,13 @@ def size_gate(entry: ManifestFile, dest: str, allow_symlinks: bool = False) -> F
     return FileVerdict(entry.path, "ok", entry.size, info.st_size)
 
 
+def not_whole(manifest: Manifest, dest: str, shown: int = 5) -> str:
+    """The first `shown` files of the manifest missing or of the wrong size in dest, as
+    'path (status)' joined by commas; empty when every file is there at its size (metadata only)."""
+    wrong = [v for v in (size_gate(entry, dest) for entry in manifest.files) if v.status != "ok"]
+    return ", ".join(f"{v.path} ({v.status})" for v in wrong[:shown])
+
+
 # --- stamps -----------------------------------------------------------------------------------
 
 
