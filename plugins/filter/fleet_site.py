@@ -18,22 +18,6 @@ from ansible_collections.frank.llm_fleet.plugins.plugin_utils.homepage import Ho
 MAX_ENDPOINTS = 1000
 
 
-class _KeyDeclared:
-    """hostvars of a play: reading a vaulted key templates it; only whether one is declared matters."""
-
-    def __init__(self, hv: Any) -> None:
-        self._hv = hv
-
-    def get(self, name: str, default: Any = None) -> Any:
-        try:
-            return self._hv.get(name, default)
-        except Exception:  # an undefined vault reference is still a declared key  # pylint: disable=broad-exception-caught
-            return "declared" if name == "endpoint_api_key" else default
-
-    def __getitem__(self, name: str) -> Any:
-        return self._hv[name]
-
-
 def fleet_endpoints(names: list[str], hostvars: Any) -> list[dict[str, Any]]:
     """Each endpoint host's facts as plain data: name, address, shape, key variable, description,
     its served id, and the served ids its kept records name (when this run deployed it)."""
@@ -45,7 +29,7 @@ def fleet_endpoints(names: list[str], hostvars: Any) -> list[dict[str, Any]]:
         if "endpoint_shape" not in hv:
             raise AnsibleFilterError(f"{name}: endpoint_shape is not set; every host of group llm_endpoints needs one")
         try:
-            facts = facts_from_hostvars(name, _KeyDeclared(hv))
+            facts = facts_from_hostvars(name, hv)
             served_id = facts.typed.served_id
         except ShapeError as exc:
             raise AnsibleFilterError(f"{name}: endpoint_shape: {exc}") from None

@@ -114,7 +114,10 @@ def facts_from_hostvars(name: str, hv: Any, boots: list[dict[str, Any]] | None =
 
 def _declared(hv: Any, name: str) -> bool:
     # Inventory data: a plain or vaulted value. A play's hostvars also holds the role default ("").
-    return bool(hv.get(name))
+    try:
+        return bool(hv.get(name))
+    except Exception:  # a play's hostvars templates the value: an undefined vault reference is still declared  # pylint: disable=broad-exception-caught
+        return True
 
 
 def client_fragments(endpoints: list[EndpointFacts]) -> dict[str, str]:
@@ -176,7 +179,7 @@ def generate(endpoints: list[EndpointFacts], exported: dict[str, set[str]], inve
         groups.append(group)
         out.files[f"prometheus/rules/{facts.name}.rules.yml"] = {"groups": [group]}
         scrape.append(observability.scrape_job(facts.name, facts.typed, facts.address, keyed=bool(facts.api_key_env)))
-        out.files[f"client/{facts.name}.models.yml"] = {"models": [facts.client_entry]}
+        out.files.update({f"client/{name}": text for name, text in client_fragments([facts]).items()})
     out.problems.extend(observability.check_rule_groups(groups, exported))
     scrape.append(observability.node_job([f.address for f in endpoints]))
     config = {
