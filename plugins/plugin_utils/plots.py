@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import render_bench_table
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 
@@ -117,8 +118,9 @@ def write_bench_outputs(report: dict[str, Any], stem: str, with_json: bool = Tru
 def render_stored_bench(result_path: str) -> tuple[dict[str, Any], list[Path]]:
     """The table and the plot beside a stored result (the bench playbook stores {bench, probe})."""
     source = Path(result_path)
-    if source.stat().st_size > MAX_RESULT_BYTES:
-        raise ValueError(f"{source}: larger than {MAX_RESULT_BYTES} bytes; not a bench result")
-    report = json.loads(source.read_text())
+    text = read_text(result_path, MAX_RESULT_BYTES)  # FileTooLarge is a ValueError
+    if text is None:
+        raise FileNotFoundError(f"{source}: no bench result there")
+    report = json.loads(text)
     report = report.get("bench", report)
     return report, write_bench_outputs(report, str(source.with_suffix("")), with_json=False)
