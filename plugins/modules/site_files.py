@@ -66,6 +66,7 @@ written:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.site_files import ensure_site
 
 
@@ -78,7 +79,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    report(module, lambda: ensure_site(module.params, module.check_mode, module._diff))
+    report(module, lambda: ensure_site(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

@@ -152,9 +152,10 @@ def test_renames_come_from_the_kept_records():
 
 
 def _ensure(dest, files, check=False, diff=False):
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
     from ansible_collections.frank.llm_fleet.plugins.module_utils.host.site_files import ensure_site
 
-    return ensure_site({"dest": str(dest), "files": files, "mode": "0644"}, check, diff)
+    return ensure_site({"dest": str(dest), "files": files, "mode": "0644"}, Host(lambda argv: (0, "", ""), check), diff)
 
 
 def test_site_files_write_once_and_only_what_changed(tmp_path):

@@ -11,8 +11,9 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.files import FileTooLarge, read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import FileTooLarge, read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 
 MAX_FILES = 64
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -35,7 +36,7 @@ def _check(params: dict[str, Any]) -> tuple[str, dict[str, str]]:
     return dest, {name: str(content) for name, content in files.items()}
 
 
-def ensure_site(params: dict[str, Any], check_mode: bool, want_diff: bool) -> dict[str, Any]:
+def ensure_site(params: dict[str, Any], host: Host, want_diff: bool) -> dict[str, Any]:
     dest, files = _check(params)
     if os.path.islink(dest) or (os.path.exists(dest) and not os.path.isdir(dest)):
         raise StepError(f"dest: {dest} exists and is not a directory (or is a symlink); remove it or choose another site root", {"changed": False})
@@ -55,9 +56,7 @@ def ensure_site(params: dict[str, Any], check_mode: bool, want_diff: bool) -> di
         written.append(name)
         if want_diff:
             diffs.append({"before_header": path, "after_header": path, "before": before or "", "after": files[name]})
-        if not check_mode:
-            os.makedirs(dest, mode=0o755, exist_ok=True)
-            write_atomically(path, files[name], mode)
+        host.write(path, files[name], mode)
     result: dict[str, Any] = {"changed": bool(written), "dest": dest, "written": written}
     if want_diff:
         result["diff"] = diffs
