@@ -12,6 +12,7 @@ written file is named, never quoted.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
@@ -87,10 +88,6 @@ class Host:
             if os.path.islink(path) or not os.path.isdir(path):
                 os.unlink(path)
                 return
-            for parent, directories, files in os.walk(path, topdown=False):
-                for name in files:
-                    os.unlink(os.path.join(parent, name))
-                for name in directories:
-                    child = os.path.join(parent, name)
-                    (os.unlink if os.path.islink(child) else os.rmdir)(child)
-            os.rmdir(path)
+            # On Linux rmtree works through directory file descriptors: it never follows a link,
+            # not even one swapped in while it runs.
+            shutil.rmtree(path)
