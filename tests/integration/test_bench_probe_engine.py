@@ -74,8 +74,11 @@ def test_probe_finds_the_per_slot_window_from_the_engines_refusal(lab_url):
 
 
 def test_parallel_check_sees_slots_serve_together_and_a_third_request_queue(lab_url):
-    assert check_parallel(Endpoint(lab_url), "x", 2, max_tokens=1024).max_decoding_at_once == 2
-    assert check_parallel(Endpoint(lab_url), "x", 3, max_tokens=1024).max_decoding_at_once == 2
+    # 3,000 tokens of the 4,096-token slot: the tiny model decodes 1,024 in about 1.2 s, and on a
+    # loaded machine two streams' first tokens once came 1.16 s in, past the half-way mark of the
+    # earliest stream's decode; at 3,000 a stream decodes for 3 s or more (measured 3.0-4.8 s).
+    assert check_parallel(Endpoint(lab_url), "x", 2, max_tokens=3000).max_decoding_at_once == 2
+    assert check_parallel(Endpoint(lab_url), "x", 3, max_tokens=3000).max_decoding_at_once == 2
 
 
 def test_probe_cli_reports_boundary_parallel_and_depths(lab_url):
