@@ -9,10 +9,9 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv import ArgvError, engine_argv
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, bind_policy
-from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import ArgvError, engine_argv, parse_boot_log, parse_shape, prices_on_controller
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 
 def _shape(raw: dict[str, Any], name: str | None = None) -> dict[str, Any]:
@@ -22,9 +21,9 @@ def _shape(raw: dict[str, Any], name: str | None = None) -> dict[str, Any]:
         raise AnsibleFilterError(f"endpoint_shape: {exc}") from None
 
 
-def _engine_argv(shape: dict[str, Any], entry: list[str] | None = None, model_root: str = "", name: str | None = None) -> list[str]:
+def _engine_argv(shape: dict[str, Any], entry: list[str] | None = None, model_root: str = "", name: str | None = None, container: bool = False) -> list[str]:
     try:
-        return engine_argv(shape, model_root, entry, name)
+        return engine_argv(shape, model_root, entry, name, container=bool(container))
     except ArgvError as exc:
         raise AnsibleFilterError(f"engine_argv: {exc}") from None
 
@@ -51,6 +50,17 @@ def _boot_ledger(text: str) -> dict[str, Any]:
     return parse_boot_log(text).as_dict()
 
 
+def _prices_on_controller(shape: Any) -> bool:
+    return prices_on_controller(shape)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"shape": _shape, "engine_argv": _engine_argv, "client_window": _client_window, "boot_ledger": _boot_ledger, "bind_policy": _bind_policy}
+        return {
+            "shape": _shape,
+            "engine_argv": _engine_argv,
+            "prices_on_controller": _prices_on_controller,
+            "client_window": _client_window,
+            "boot_ledger": _boot_ledger,
+            "bind_policy": _bind_policy,
+        }

@@ -94,8 +94,9 @@ comparison:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import boot_record, compare_boot, load_boots, store_boot
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import boot_record, load_boots, store_boot
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import compare_boot, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 
 def main() -> None:

@@ -48,11 +48,10 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.browser.gate impor
     GateOptions,
     run_gate,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import compare_boot, load_boots, render_comparison
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import load_boots, render_comparison
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import list_generations
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, render_bench_table, run_bench
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import ProbeError, run_capacity_probe
@@ -62,6 +61,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import BarProgress
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import compare_boot, price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import (
     EndpointFacts,

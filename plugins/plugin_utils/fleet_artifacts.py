@@ -19,12 +19,11 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import compare_boot, stored_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import models_entry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, render_table
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape, ShapeError, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import RUNTIMES, compare_boot, driver_of, parse_shape, price_shape, stored_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape, ShapeError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
 
@@ -137,7 +136,7 @@ def client_key_env(endpoint: str, declared: str = "") -> str:
 def exported_series(series_dir: str) -> dict[str, set[str]]:
     """Per runtime, the series its captured /metrics exposition lets PromQL select."""
     out = {}
-    for runtime in ("llamacpp", "vllm"):
+    for runtime in RUNTIMES:
         with open(os.path.join(series_dir, f"{runtime}.metrics"), encoding="utf-8") as handle:
             out[runtime] = observability.series_from_exposition(handle.read())
     return out
@@ -149,7 +148,7 @@ def price_on_controller(facts: EndpointFacts) -> tuple[BudgetResult | None, str]
     shape = facts.typed
     payload_dir = None
     source = "the inventory"
-    if shape.runtime == "llamacpp" and not shape.model_geometry:
+    if driver_of(shape).controller_geometry_source(shape):
         boot = facts.last_boot
         local = os.path.join(facts.payload_dir, str(shape.model_file or "")) if facts.payload_dir else ""
         if boot and (boot.get("shape") or {}).get("model_geometry"):

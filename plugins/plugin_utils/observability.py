@@ -11,9 +11,10 @@ on any rule or panel that names a series outside the list of the runtime actuall
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import AlertRule, Panel
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import DRIVERS, driver
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape
 
 # Series every runtime has: Prometheus' own `up`, and the unit facts the machine's textfile timer
@@ -76,54 +77,20 @@ def series_from_exposition(text: str) -> set[str]:
     return names
 
 
-@dataclass(frozen=True)
-class RuleSpec:
-    alert: str
-    expr: str  # {sel} is the endpoint's selector, {unit} its systemd unit
-    duration: str
-    severity: str
-    summary: str
-    when: str = "always"  # always | drafter
-
-
-# Alert rules per runtime. Each names only series of its runtime's namespace; the generator
-# keeps a rule only when every series it names is exported, and says which it dropped.
-RULES: dict[str, tuple[RuleSpec, ...]] = {
-    "common": (
-        RuleSpec("EndpointDown", "up{sel} == 0", "2m", "critical", "{name} does not answer /metrics: the endpoint is down"),
-        RuleSpec(
-            "UnitCrashLooping",
-            'increase(llm_fleet_unit_restarts_total{{unit="{unit}"}}[15m]) > 2',
-            "0m",
-            "critical",
-            "{name}: systemd restarted {unit} more than twice in 15 minutes",
-        ),
-        RuleSpec("UnitNotActive", 'llm_fleet_unit_active{{unit="{unit}"}} == 0', "2m", "critical", "{name}: {unit} is not active"),
+# Alert rules every endpoint gets; each runtime adds its own, in its own namespace
+# (runtimes/<name>.py `alert_rules`). The generator keeps a rule only when every series it names
+# is exported, and says which it dropped.
+COMMON_RULES = (
+    AlertRule("EndpointDown", "up{sel} == 0", "2m", "critical", "{name} does not answer /metrics: the endpoint is down"),
+    AlertRule(
+        "UnitCrashLooping",
+        'increase(llm_fleet_unit_restarts_total{{unit="{unit}"}}[15m]) > 2',
+        "0m",
+        "critical",
+        "{name}: systemd restarted {unit} more than twice in 15 minutes",
     ),
-    "llamacpp": (
-        RuleSpec("RequestsQueueing", "llamacpp:requests_deferred{sel} > 0", "5m", "warning", "{name}: requests wait for a free slot"),
-        RuleSpec(
-            "SpeculativeDecodingOff",
-            "rate(llamacpp:tokens_predicted_total{sel}[10m]) > 0 and rate(llamacpp:spec_decode_num_drafts_total{sel}[10m]) == 0",
-            "10m",
-            "warning",
-            "{name}: generating without drafts although the shape has a drafter",
-            "drafter",
-        ),
-    ),
-    "vllm": (
-        RuleSpec("RequestsQueueing", "vllm:num_requests_waiting{sel} > 0", "5m", "warning", "{name}: requests wait for the scheduler"),
-        RuleSpec("KvPoolNearlyFull", "vllm:kv_cache_usage_perc{sel} > 0.95", "10m", "warning", "{name}: the KV pool is over 95% used"),
-        RuleSpec(
-            "SpeculativeDecodingOff",
-            "rate(vllm:generation_tokens_total{sel}[10m]) > 0 and rate(vllm:spec_decode_num_drafts_total{sel}[10m]) == 0",
-            "10m",
-            "warning",
-            "{name}: generating without drafts although the shape has a drafter",
-            "drafter",
-        ),
-    ),
-}
+    AlertRule("UnitNotActive", 'llm_fleet_unit_active{{unit="{unit}"}} == 0', "2m", "critical", "{name}: {unit} is not active"),
+)
 
 
 def unit_name(endpoint: str) -> str:
@@ -135,8 +102,8 @@ def alert_group(endpoint: str, shape: Shape, exported: set[str]) -> tuple[dict[s
     runtime = shape.runtime
     selector = f'{{job="{endpoint}"}}'
     rules, notes = [], []
-    for spec in RULES["common"] + RULES[runtime]:
-        if spec.when == "drafter" and not shape.has_drafter:
+    for spec in COMMON_RULES + driver(runtime).alert_rules:
+        if spec.when and not getattr(shape, spec.when):
             continue
         expr = spec.expr.format(sel=selector, unit=unit_name(endpoint))
         missing = unexported([expr], exported)
@@ -165,15 +132,15 @@ KEY_FILE_DIR = "keys"
 
 
 def scrape_job(endpoint: str, shape: Shape, address: str, keyed: bool = False) -> dict[str, Any]:
-    """The endpoint's own /metrics (llama.cpp needs --metrics, which the roles always pass).
-    llama-server guards /metrics with its API key (vLLM guards only /v1): a keyed llama.cpp
-    endpoint is scraped with the key from a file, never with the key in this config."""
+    """The endpoint's own /metrics. A runtime whose engine guards /metrics with its API key
+    (llama-server; vLLM guards only /v1) is scraped, when keyed, with the key from a file, never
+    with the key in this config."""
     job: dict[str, Any] = {
         "job_name": endpoint,
         "metrics_path": "/metrics",
         "static_configs": [{"targets": [f"{address}:{shape.port}"], "labels": {"endpoint": endpoint, "runtime": shape.runtime}}],
     }
-    if keyed and shape.runtime == "llamacpp":
+    if keyed and driver(shape.runtime).metrics_need_key:
         job["authorization"] = {"type": "Bearer", "credentials_file": f"{KEY_FILE_DIR}/{endpoint}.key"}
     return job
 
@@ -200,65 +167,22 @@ def check_rule_groups(groups: list[dict[str, Any]], exported_by_runtime: dict[st
 
 # --- Grafana ----------------------------------------------------------------------------------
 
-# (title, [(expr, legend)], unit). {sel} selects the dashboard's chosen endpoints.
-PANELS: dict[str, tuple[tuple[str, tuple[tuple[str, str], ...], str], ...]] = {
-    "common": (
-        ("Up", (("up{sel}", "{{job}}"),), "none"),
-        ("Unit restarts (15m)", (('increase(llm_fleet_unit_restarts_total{unit=~"$endpoint.service"}[15m])', "{{unit}}"),), "none"),
-    ),
-    "llamacpp": (
-        (
-            "Requests processing / deferred",
-            (("llamacpp:requests_processing{sel}", "{{job}} processing"), ("llamacpp:requests_deferred{sel}", "{{job}} deferred")),
-            "none",
-        ),
-        ("Generation tokens/s", (("rate(llamacpp:tokens_predicted_total{sel}[1m])", "{{job}}"),), "none"),
-        ("Prompt tokens/s (excluding cache)", (("rate(llamacpp:prompt_tokens_total{sel}[1m])", "{{job}}"),), "none"),
-        ("Prompt tokens reused from cache/s", (("rate(llamacpp:prompt_tokens_cached_total{sel}[1m])", "{{job}}"),), "none"),
-        ("Busy slots per decode", (("llamacpp:n_busy_slots_per_decode{sel}", "{{job}}"),), "none"),
-        ("Largest sequence (tokens)", (("llamacpp:n_tokens_max{sel}", "{{job}}"),), "none"),
-        (
-            "Draft acceptance",
-            (("rate(llamacpp:spec_decode_num_accepted_tokens_total{sel}[5m]) / rate(llamacpp:spec_decode_num_draft_tokens_total{sel}[5m])", "{{job}}"),),
-            "percentunit",
-        ),
-    ),
-    "vllm": (
-        ("Requests running / waiting", (("vllm:num_requests_running{sel}", "{{job}} running"), ("vllm:num_requests_waiting{sel}", "{{job}} waiting")), "none"),
-        ("KV pool used", (("vllm:kv_cache_usage_perc{sel}", "{{job}}"),), "percentunit"),
-        ("Generation tokens/s", (("rate(vllm:generation_tokens_total{sel}[1m])", "{{job}}"),), "none"),
-        ("Prompt tokens/s", (("rate(vllm:prompt_tokens_total{sel}[1m])", "{{job}}"),), "none"),
-        (
-            "Time to first token p50 / p95",
-            (
-                ("histogram_quantile(0.5, sum by (le, job) (rate(vllm:time_to_first_token_seconds_bucket{sel}[5m])))", "{{job}} p50"),
-                ("histogram_quantile(0.95, sum by (le, job) (rate(vllm:time_to_first_token_seconds_bucket{sel}[5m])))", "{{job}} p95"),
-            ),
-            "s",
-        ),
-        (
-            "Prefix cache hit rate",
-            (("rate(vllm:prefix_cache_hits_total{sel}[5m]) / rate(vllm:prefix_cache_queries_total{sel}[5m])", "{{job}}"),),
-            "percentunit",
-        ),
-        ("Preemptions/s", (("rate(vllm:num_preemptions_total{sel}[5m])", "{{job}}"),), "none"),
-        (
-            "Draft acceptance",
-            (("rate(vllm:spec_decode_num_accepted_tokens_total{sel}[5m]) / rate(vllm:spec_decode_num_draft_tokens_total{sel}[5m])", "{{job}}"),),
-            "percentunit",
-        ),
-    ),
-}
+# Panels every runtime's dashboard opens with; each runtime adds its own (runtimes/<name>.py
+# `panels`). {sel} selects the dashboard's chosen endpoints.
+COMMON_PANELS = (
+    Panel("Up", (("up{sel}", "{{job}}"),)),
+    Panel("Unit restarts (15m)", (('increase(llm_fleet_unit_restarts_total{unit=~"$endpoint.service"}[15m])', "{{unit}}"),)),
+)
 
 
 def dashboard(runtime: str, endpoints: list[str], exported: set[str]) -> tuple[dict[str, Any], list[str]]:
     """A Grafana dashboard for the endpoints of one runtime: panels only for exported series."""
-    if runtime not in PANELS:
-        raise ValueError(f"runtime: expected 'llamacpp' or 'vllm', got {runtime!r}")
+    if runtime not in DRIVERS:
+        raise ValueError(f"runtime: expected one of {', '.join(DRIVERS)}, got {runtime!r}")
     selector = '{job=~"$endpoint"}'
     panels: list[dict[str, Any]] = []
     notes = []
-    for title, queries, unit in PANELS["common"] + PANELS[runtime]:
+    for title, queries, unit in ((panel.title, panel.queries, panel.unit) for panel in COMMON_PANELS + DRIVERS[runtime].panels):
         targets = [{"expr": expr.replace("{sel}", selector), "legendFormat": legend, "refId": chr(ord("A") + i)} for i, (expr, legend) in enumerate(queries)]
         missing = unexported([t["expr"] for t in targets], exported)
         if missing:

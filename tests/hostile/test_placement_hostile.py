@@ -9,7 +9,7 @@ import gguf
 import pytest
 from gguf_files import write_gguf, write_gguf_header
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 CARDS = [{"name": "gpu0", "memory": "8 GiB"}, {"name": "gpu1", "memory": "8 GiB"}]

@@ -5,7 +5,7 @@ from lab_engine import MODELS, boot_log, engine_image
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header, llamacpp_kv
-from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 
 pytestmark = pytest.mark.lab

@@ -8,7 +8,7 @@ from lab_engine import MODELS, boot_log, engine_image
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.placement import place_overrides
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv import override_tensor_flag
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.llamacpp import override_tensor_flag
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import override_tensor_order
 
 pytestmark = pytest.mark.lab

@@ -12,8 +12,7 @@ import pytest
 from engine_privileges import assert_least_privilege
 from lab_host import ROOT, cli, failures, lab_shape, on_host, playbook, require_lab_host, served, unit_property, wait_healthy
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_boot_log, price_shape
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
 
 pytestmark = pytest.mark.lab

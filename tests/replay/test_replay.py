@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import SHAPE_CLASSES, ShapeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import SHAPE_CLASSES, price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, SizeError, parse_size
 
 HERE = Path(__file__).parent

@@ -1,6 +1,6 @@
 """Boot-ledger parsing of engine logs (lines in the engines' own formats)."""
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB
 
 VLLM_GPU = """\

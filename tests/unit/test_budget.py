@@ -6,7 +6,7 @@ from gguf_files import write_gguf
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table, slot_ceiling
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.placement import HOST, assign_layers
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB, parse_size
 

@@ -6,8 +6,7 @@ import pytest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import compare_boot, parse_shape, price_shape
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -92,14 +91,14 @@ def test_llamacpp_measurement_that_disagrees_is_reported_not_hidden():
     result = price(llama_shape(), boots=[boot])
     assert result.kv["basis"] == "measured-differs"
     assert any("5.00 MiB" in note and "4.00 MiB" in note for note in result.notes)
-    row = calibration.compare_boot(boot, [boot])
+    row = compare_boot(boot, [boot])
     assert row["agree"] is False and row["predicted"]["k_mib"] == "2.00" and row["measured"]["k_mib"] == "3.00"
 
 
 def test_llamacpp_comparison_agrees_for_a_boot_the_law_predicts():
     # 6000 pads to 6144 cells = 4 streams x 1536; 6144 x 2 layers x 2 heads x 32 x 2 B = 1.5 MiB each of K and V.
     boot = stored(llama_shape(parallel=4, ctx_size=6000), llama_ledger(1536, 4, 3 * MIB // 2, 3 * MIB // 2))
-    row = calibration.compare_boot(boot, [boot])
+    row = compare_boot(boot, [boot])
     assert row["agree"] is True, row
     assert row["layout"] == {"ctx_size": 6000, "parallel": 4, "kv_unified": False, "ubatch": 512, "swa_full": False}
 
@@ -117,20 +116,20 @@ def test_vllm_boots_become_calibration_points_and_extrapolation_is_named():
 
 def test_vllm_comparison_never_predicts_a_boot_from_itself():
     a = stored(vllm_shape(), {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 2048.0}, pool=2 * GIB)
-    alone = calibration.compare_boot(a, [a])
+    alone = compare_boot(a, [a])
     assert alone["detail"].startswith("formula") and alone["agree"] is True
     b = stored(vllm_shape(kv_cache_memory_bytes=GIB), {"engine": "vllm", "kv_tokens": 2_000_000, "concurrency": 976.56}, pool=GIB)
-    row = calibration.compare_boot(b, [a, b])
+    row = compare_boot(b, [a, b])
     assert row["detail"].startswith("measured") and row["predicted"]["kv_tokens"] == 2_097_152
     assert row["agree"] is False  # b's own 2,000,000 was not used to predict b
 
 
 def test_comparison_without_a_geometry_or_a_kv_line_says_why():
     boot = stored(llama_shape(), {"engine": "llamacpp"})
-    assert "llama_kv_cache" in calibration.compare_boot(boot, [boot])["detail"]
+    assert "llama_kv_cache" in compare_boot(boot, [boot])["detail"]
     no_geometry = copy.deepcopy(stored(llama_shape(), llama_ledger(4096, 2, 2 * MIB, 2 * MIB)))
     del no_geometry["shape"]["model_geometry"]
-    row = calibration.compare_boot(no_geometry, [no_geometry])
+    row = compare_boot(no_geometry, [no_geometry])
     assert row["agree"] is None and "geometry" in row["detail"]
     text = calibration.render_comparison([row])
     assert "n/a" in text
@@ -155,8 +154,8 @@ def test_vllm_comparison_carries_the_arena_a_boot_printed():
         expert_arena_calibration={"max_model_len": 200_704, "runtime_overhead": "5.25 GiB", "arena": "17.22 GiB", "gpu_memory_utilization": 0.98},
     )
     ledger = {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 20.9, "arena_bytes": round(14.87 * GIB), "arena_slots": 6_496}
-    row = calibration.compare_boot(stored(shape, ledger, pool=2 * GIB), [])
+    row = compare_boot(stored(shape, ledger, pool=2 * GIB), [])
     assert row["predicted"]["arena_gib"] == row["measured"]["arena_gib"] == 14.87
     assert row["predicted"]["arena_slots"] == row["measured"]["arena_slots"] == 6_496
     wrong = dict(ledger, arena_bytes=round(16 * GIB))
-    assert calibration.compare_boot(stored(shape, wrong, pool=2 * GIB), [])["agree"] is False
+    assert compare_boot(stored(shape, wrong, pool=2 * GIB), [])["agree"] is False

@@ -1,7 +1,8 @@
 import pytest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window, models_entry, worst_case_request
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 
 def test_production_ceiling_gives_the_measured_client_window():

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv import ArgvError, engine_argv, override_tensor_flag
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.llamacpp import override_tensor_flag
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import ArgvError, engine_argv
 
 PRIMARY = {
     "runtime": "vllm",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "lab_fleet_inventory.py"

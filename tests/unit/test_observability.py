@@ -11,7 +11,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_shape
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils import observability
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import exported_series
 

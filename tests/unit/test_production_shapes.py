@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_argv import engine_argv
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import engine_argv, price_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -3,7 +3,7 @@ Gemma4 exemption."""
 
 import pytest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import KIB, MIB
 
 # seeds/001: "16 full-attention layers x 4 kv" / "heads x 256 dim x 2 B x 2 for K/V, plus the MTP draft context's 4096 B"

@@ -7,8 +7,8 @@ import pytest
 from gguf_files import write_gguf
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_model
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_shape, price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 R9700 = {"name": "r9700-0", "memory": "31.86 GiB", "arch": "gfx1201"}
 RTX3090 = {"name": "rtx3090", "memory": "24,576 MiB", "arch": "sm_86"}

@@ -4,14 +4,10 @@ import dataclasses
 
 import pytest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import (
-    SHAPE_FIELDS,
-    LlamaCppShape,
-    ShapeError,
-    VllmShape,
-    parse_shape,
-    resolve_path,
-)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.llamacpp import LlamaCppShape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import SHAPE_FIELDS, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.vllm import VllmShape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, resolve_path
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB
 
 SECONDARY = {"runtime": "llamacpp", "ctx_size": "401,408", "parallel": 2, "type_k": "f16", "port": 7771}

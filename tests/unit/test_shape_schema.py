@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import SHAPE_FIELDS, ShapeError, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import SHAPE_FIELDS, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {"llamacpp": {"runtime": "llamacpp", "ctx_size": 4096}, "vllm": {"runtime": "vllm", "max_model_len": 4096}}

@@ -12,7 +12,7 @@ import pytest
 from gguf_files import write_gguf, write_gguf_header
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 N_EMBD = 64

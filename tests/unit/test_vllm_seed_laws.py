@@ -8,7 +8,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.expert_aren
     plan_arena,
     planner_overhead,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB, parse_size
 
 CARD = "31.86 GiB"

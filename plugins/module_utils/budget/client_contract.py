@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import llamacpp_per_slot_window
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import REASONING_EFFORTS, LlamaCppShape, Shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import REASONING_EFFORTS, Shape
 
 DEFAULT_GAP = 45_056
 COMPACTION_FRACTION = 0.85
@@ -107,11 +106,10 @@ REASONING_MAPS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def engine_ceiling(shape: Shape) -> int:
-    """The most tokens one request may hold, as the engine will enforce it (llama.cpp pads the
-    context and divides it over the slots; vLLM's is max_model_len)."""
-    if isinstance(shape, LlamaCppShape):
-        return llamacpp_per_slot_window(shape.ctx_size, shape.parallel, shape.kv_unified)
-    return shape.max_model_len  # type: ignore[attr-defined]
+    """The most tokens one request may hold, as the engine will enforce it (the runtime's shape
+    class answers: llama.cpp pads the context and divides it over the slots; vLLM's is
+    max_model_len)."""
+    return shape.request_ceiling
 
 
 def reasoning_control(shape: Shape) -> str:

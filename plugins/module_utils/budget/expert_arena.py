@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, VllmShape, parse_bytes, parse_int
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_bytes, parse_int
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB
 
 # seeds/004: "registry-priced KV reserve (9190 B/token x max_model_len)"
@@ -31,14 +31,6 @@ def planner_overhead(base: int, max_num_batched_tokens: int | None) -> int:
     tokens above the 4096 anchor (so MNBT 1024 and 2048 pay nothing)."""
     above = max((max_num_batched_tokens or 0) - OVERHEAD_NBT_ANCHOR, 0)
     return base + OVERHEAD_PER_1024_NBT * above // 1024
-
-
-def shape_overhead(shape: VllmShape) -> int:
-    """The overhead a shape's planner charges: precise_runtime_overhead under
-    --expert-precise-memory (where given), else runtime_overhead; plus the MNBT surcharge."""
-    precise = shape.expert_precise_memory and shape.precise_runtime_overhead is not None
-    base = shape.precise_runtime_overhead if precise else shape.runtime_overhead
-    return planner_overhead(base or 0, shape.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ Each rule is one the fleet's history proves (shared/seeds, named beside the rule
   cannot run, because no rule derived from the shape alone can know a compiler constraint);
 - a context past the trained window: a WARNING note, the engine serves it on the base rope;
 (an --override-tensor pattern that places no tensor is placement.py's verdict: it reads the tensors.)
-`judge()` is called once from each runtime's pricing and returns verdicts; warnings go to notes.
+`judge()` is called once from each runtime's pricing (runtimes/<name>.py) and returns verdicts; warnings go to notes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import ModelGeometry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import DeviceLedger, Verdict
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import LlamaCppShape, Shape, VllmShape, spec_chain
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape
 
 # (architecture prefix, attention kind or None for any) -> KV dtype prefixes the backend cannot run, and why.
 ILLEGAL_KV = (
@@ -42,11 +42,6 @@ def judge(
     verdicts = _kv_dtype_verdicts(shape, devices, model_path)
     verdicts += _known_bad_verdicts(shape)
     _trained_window_note(shape, geometry, notes)
-    if isinstance(shape, LlamaCppShape) and "draft-dflash" in spec_chain(shape.spec_type) and shape.draft_max and not shape.drafter_block_size:
-        notes.append(
-            f"WARNING: draft_max {shape.draft_max} is unchecked against the drafter's block size (llama.cpp asserts "
-            "n_max <= block_size - 1); give drafter_block_size (DFlash2 8, DSpark 7)"
-        )
     return verdicts
 
 
@@ -69,10 +64,6 @@ def attention_kind(shape: Shape, model_path: str | None) -> str | None:
     return "sparse_mla" if text.get("index_topk") else "mla"
 
 
-def _kv_dtypes(shape: Shape) -> tuple[str, ...]:
-    return shape.kv_dtypes if isinstance(shape, (LlamaCppShape, VllmShape)) else ()
-
-
 def _kv_dtype_verdicts(shape: Shape, devices: list[DeviceLedger], model_path: str | None) -> list[Verdict]:
     kind = None
     out = []
@@ -87,9 +78,9 @@ def _kv_dtype_verdicts(shape: Shape, devices: list[DeviceLedger], model_path: st
                 kind = kind or attention_kind(shape, model_path)
                 if kind != attention:
                     continue
-            bad = [dtype for dtype in _kv_dtypes(shape) if dtype.lower().startswith(dtypes)]
+            bad = [dtype for dtype in shape.kv_dtypes if dtype.lower().startswith(dtypes)]
             if bad:
-                field = "kv_cache_dtype" if isinstance(shape, VllmShape) else "type_k/type_v"
+                field = shape.KV_DTYPE_FIELD
                 out.append(Verdict("kv_dtype_illegal", False, f"{field}: {bad[0]} on {device.name} ({arch}): {why}; use bf16/auto", device.name, "kv"))
     return out
 
@@ -121,9 +112,6 @@ def _trained_window_note(shape: Shape, geometry: ModelGeometry | None, notes: li
     trained = trained or int((shape.model_geometry or {}).get("n_ctx_train") or 0)
     if not trained:
         return
-    if isinstance(shape, LlamaCppShape):
-        window = shape.ctx_size if shape.kv_unified else shape.ctx_size // shape.parallel
-    else:
-        window = shape.max_model_len  # type: ignore[attr-defined]
+    window = shape.request_window
     if window > trained:
         notes.append(f"WARNING: a {window:,}-token window is past the trained {trained:,}: positions beyond it extrapolate on the base rope")

@@ -3,9 +3,9 @@
 """The drain before a restart: wait, bounded, until the engine has no request in flight, so a
 deploy does not cut a stream a client is reading.
 
-In flight is read from the engine's own /metrics, the gauges both engines export:
-llama-server `llamacpp:requests_processing` + `llamacpp:requests_deferred` (it needs --metrics,
-which the role always passes), vLLM `vllm:num_requests_running` + `vllm:num_requests_waiting`.
+In flight is read from the engine's own /metrics, the gauges each runtime's driver names (e.g.
+llama-server `llamacpp:requests_processing` + `llamacpp:requests_deferred`: it needs --metrics,
+which the argv always carries; vLLM `vllm:num_requests_running` + `vllm:num_requests_waiting`).
 An engine that answers no metrics (down, or an image without them) cannot be drained: the
 restart goes ahead and the report says `unknown`. Neither engine can be told to refuse new work
 while it drains, so a request that arrives during the wait is waited for too, up to the timeout.

@@ -23,10 +23,10 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner i
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import archive_copy, archive_dir, retire_unit, runtime_swap
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL
-from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload import generations as payload_generations
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import MAX_MANIFEST_BYTES, ManifestError, manifest_digest, parse_manifest_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import not_whole
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import DRIVERS, parse_boot_log
 
 RECORD_FILE = "last-good.json"
 LEDGER_FILE = "boot-ledger.json"
@@ -34,7 +34,8 @@ LEDGER_FILE = "boot-ledger.json"
 MAX_RECORD_BYTES = 1 << 20
 # Where each engine reads its API key from the environment (llama-server's --api-key and vLLM's
 # --api-key would put it in argv, /proc/PID/cmdline and the unit file).
-API_KEY_ENV = {"llamacpp": "LLAMA_API_KEY", "vllm": "VLLM_API_KEY"}
+# The variable each runtime reads its key from (runtimes/<name>.py `api_key_env`).
+API_KEY_ENV = {name: runtime.api_key_env for name, runtime in DRIVERS.items()}
 # Environment names that carry credentials: refused in the plain (recorded, 0640) environment.
 _SECRET_NAME_PARTS = ("API_KEY", "TOKEN", "PASSWORD", "SECRET")
 Probe = Callable[[dict[str, Any]], str]
@@ -65,7 +66,9 @@ def _engine_secrets(params: dict[str, Any]) -> dict[str, str]:
     if api_key:
         runtime = str((params.get("shape") or {}).get("runtime", ""))
         if runtime not in API_KEY_ENV:
-            raise StepError(f"api_key: the shape's runtime ({runtime or 'none given'}) has no API-key variable; use llamacpp or vllm", {"changed": False})
+            raise StepError(
+                f"api_key: the shape's runtime ({runtime or 'none given'}) has no API-key variable; use one of {', '.join(API_KEY_ENV)}", {"changed": False}
+            )
         secrets[API_KEY_ENV[runtime]] = api_key
     return secrets
 

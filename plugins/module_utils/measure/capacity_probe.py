@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,17 +23,10 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_cli
     run_concurrently,
     stream_chat,
 )
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import DRIVERS
 
 # Filler whose tokenisation is ordinary prose; the salt keeps each probe off any prefix cache.
 FILLER = "The operator measured the endpoint again and wrote the figures into the ledger. "
-_WINDOW_PATTERNS = (
-    re.compile(r"exceeds the available context size \((\d+) tokens\)"),  # llama.cpp
-    re.compile(r"maximum context length is (\d+) tokens"),  # vLLM
-)
-_PROMPT_PATTERNS = (
-    re.compile(r"request \((\d+) tokens\)"),
-    re.compile(r"(?:your request has|you requested|your prompt contains(?: at least)?) (\d+) (?:input )?tokens"),
-)
 
 
 class ProbeError(Exception):
@@ -81,10 +73,14 @@ def window_from_refusal(error: ApiError) -> tuple[int, int | None] | None:
         prompt = body.get("n_prompt_tokens")
         return int(body["n_ctx"]), int(prompt) if isinstance(prompt, int) else None
     text = str(error)
-    for pattern in _WINDOW_PATTERNS:
+    # Each runtime states its refusal its own way (runtimes/<name>.py `refusal`); the probe may
+    # not know which engine answers, so every runtime's wording is tried.
+    contracts = [runtime.refusal for runtime in DRIVERS.values()]
+    prompt_patterns = [pattern for contract in contracts for pattern in contract.prompt]
+    for pattern in (pattern for contract in contracts for pattern in contract.window):
         match = pattern.search(text)
         if match:
-            prompt_match = next((p.search(text) for p in _PROMPT_PATTERNS if p.search(text)), None)
+            prompt_match = next((p.search(text) for p in prompt_patterns if p.search(text)), None)
             return int(match.group(1)), int(prompt_match.group(1)) if prompt_match else None
     return None
 

@@ -1,16 +1,18 @@
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The endpoint's shape, typed: the one place that declares every shape key.
+"""The endpoint's shape, typed: the keys every runtime takes, and the one way a key is parsed.
 
-An inventory holds a shape as a plain mapping (`endpoint_shape`). `parse_shape()` turns it into
-a `LlamaCppShape` or a `VllmShape`: it owns every default, every per-runtime required key, every
-range and every error, and each error names the field and the fix. Everything that reads a shape
-(the budget, the engine argv, the calibration store, the client contract, observability, the CLI)
-takes the typed shape, so the gate prices exactly the shape that launches.
+An inventory holds a shape as a plain mapping (`endpoint_shape`). The runtime registry
+(runtimes/registry.py `parse_shape()`) picks the runtime's shape class, a subclass of `Shape`
+declared in that runtime's driver (runtimes/<name>.py), and `parse_into()` here turns the mapping
+into it: it owns every default, every required key, every range and every error, and each error
+names the field and the fix. Everything that reads a shape (the budget, the engine argv, the
+calibration store, the client contract, observability, the CLI) takes the typed shape, so the gate
+prices exactly the shape that launches.
 
 Each key is declared once, as a dataclass field whose metadata carries its kind, its help text
 and its bounds; the role's argument_specs and the docs' shape table are generated from that
-metadata (`SHAPE_FIELDS`), and a test proves they agree with the parser.
+metadata (the registry's `SHAPE_FIELDS`), and a test proves they agree with the parser.
 
 Paths (`model_file`, `projector`, `drafter`) are relative to the endpoint's payload directory
 (absolute paths are taken as they are); `resolve_path()` places them where the host or the engine
@@ -25,14 +27,9 @@ import math
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, SizeError, parse_size
-
-RUNTIMES = ("llamacpp", "vllm")
-BOTH = frozenset(RUNTIMES)
-LLAMACPP = frozenset({"llamacpp"})
-VLLM = frozenset({"vllm"})
 
 # Upper bounds on every count an inventory (or a stored record) can carry: a typo such as
 # `ctx_size: 4000000000` fails here with the bound named, never as a runaway allocation later.
@@ -41,15 +38,21 @@ MAX_SLOTS = 4096
 MAX_BYTES = 1 << 50  # 1 PiB
 MAX_LAYERS = 100_000
 
+# Flags that would put a credential in argv: /proc/PID/cmdline, the unit file, the record and the
+# runbooks all show argv. The key goes in endpoint_api_key, which reaches the engine by environment.
+# Each runtime's shape class adds the spellings its engine also parses (Shape.CREDENTIAL_FLAGS).
+CREDENTIAL_FLAGS = ("--api-key", "--hf-token")
+
 
 class ShapeError(ValueError):
     """A shape field that is missing, unknown, of the wrong kind or out of range; names the field."""
 
 
-def _key(kind: str, help_text: str, runtimes: frozenset[str] = BOTH, *, default: Any = None, group: str = "engine", **rules: Any) -> Any:
+def key(kind: str, help_text: str, *, default: Any = None, group: str = "engine", **rules: Any) -> Any:
     """A shape key: its kind (int, size, float, bool, str, choice, args, split, overrides, sizes,
-    mapping, list), help text, the runtimes that take it, its default and its bounds."""
-    meta = {"kind": kind, "help": help_text, "runtimes": runtimes, "group": group, **rules}
+    mapping, list), help text, its default and its bounds. Which runtimes take it follows from the
+    shape classes that declare it."""
+    meta = {"kind": kind, "help": help_text, "group": group, **rules}
     return field(default=default, metadata=meta)  # pylint: disable=invalid-field-call  # called only from the dataclass bodies below
 
 
@@ -208,48 +211,49 @@ def _coerce(meta: Mapping[str, Any], value: Any, name: str) -> Any:
 class Shape:
     """What every runtime takes."""
 
-    runtime: str = _key("choice", "The engine: llamacpp or vllm.", choices=RUNTIMES, required=True, group="identity")
-    launch: str = _key(
+    # Its choices are the registered runtimes: the registry checks it before a class is chosen.
+    runtime: str = key("str", "The engine, one of the registered runtimes (runtimes/).", required=True, group="identity")
+    launch: str = key(
         "choice",
         "native (a binary under the root unit) or podman (a container under the root unit).",
         default="native",
         choices=("native", "podman"),
         group="identity",
     )
-    served_id: str | None = _key(
+    served_id: str | None = key(
         "str", "The model id clients ask for (llama.cpp --alias, vLLM --served-model-name); default the endpoint's name.", group="identity"
     )
-    port: int | None = _key("int", "The endpoint's port (required to serve).", minimum=1, maximum=65535, group="identity")
-    bind: str = _key("str", "Address the engine listens on: loopback unless the inventory declares the LAN.", default="127.0.0.1", group="identity")
-    probe_host: str = _key("str", "Address the health gate and the probes use.", default="127.0.0.1", group="identity")
-    model_file: str | None = _key(
+    port: int | None = key("int", "The endpoint's port (required to serve).", minimum=1, maximum=65535, group="identity")
+    bind: str = key("str", "Address the engine listens on: loopback unless the inventory declares the LAN.", default="127.0.0.1", group="identity")
+    probe_host: str = key("str", "Address the health gate and the probes use.", default="127.0.0.1", group="identity")
+    model_file: str | None = key(
         "str", "The model's path relative to the payload directory (the first part of a split GGUF, or '.' for a Hugging Face directory)."
     )
-    restart_sec: int = _key("int", "The unit's RestartSec.", default=5, minimum=0, maximum=3600, group="unit")
-    extra_args: tuple[str, ...] = _key("args", "Further engine arguments, as a list.", default=())
-    chat_template_kwargs: Mapping[str, Any] | None = _key(
+    restart_sec: int = key("int", "The unit's RestartSec.", default=5, minimum=0, maximum=3600, group="unit")
+    extra_args: tuple[str, ...] = key("args", "Further engine arguments, as a list.", default=())
+    chat_template_kwargs: Mapping[str, Any] | None = key(
         "mapping",
         "Chat-template kwargs as JSON: llama.cpp --chat-template-kwargs, vLLM --default-chat-template-kwargs.",
     )
-    known_bad: tuple[Any, ...] = _key(
+    known_bad: tuple[Any, ...] = key(
         "list",
         "Budget - shapes this model cannot run [{<key>: <value>, ..., reason}]: a shape matching an entry is refused.",
         default=(),
         group="budget",
     )
     # The budget's own knobs.
-    free_floor: int = _key("size", "Budget - the free memory each device must keep.", default=parse_size("1.5 GiB"), group="budget")
-    max_device_gap: int = _key("size", "Budget - the most two devices' use may differ.", default=parse_size("0.5 GiB"), group="budget")
-    extra_terms: tuple[Any, ...] = _key("list", "Budget - declared extra terms [{name, size, device}].", default=(), group="budget")
-    model_geometry: Mapping[str, Any] | None = _key("mapping", "Budget - the model geometry, where its header or config is not readable.", group="budget")
+    free_floor: int = key("size", "Budget - the free memory each device must keep.", default=parse_size("1.5 GiB"), group="budget")
+    max_device_gap: int = key("size", "Budget - the most two devices' use may differ.", default=parse_size("0.5 GiB"), group="budget")
+    extra_terms: tuple[Any, ...] = key("list", "Budget - declared extra terms [{name, size, device}].", default=(), group="budget")
+    model_geometry: Mapping[str, Any] | None = key("mapping", "Budget - the model geometry, where its header or config is not readable.", group="budget")
     # The client contract.
-    reasoning_control: str | None = _key(
+    reasoning_control: str | None = key(
         "choice", "Client contract - how the chat template switches reasoning.", choices=("enable_thinking", "reasoning_effort", "none"), group="client"
     )
-    client_base_url: str | None = _key("str", "Client contract - the URL clients use (default http://HOST:PORT/v1).", group="client")
-    client_gap: int | None = _key("int", "Client contract - the gap between the engine ceiling and the advertised window.", maximum=MAX_TOKENS, group="client")
-    client_max_tokens: int | None = _key("int", "Client contract - maxTokens.", minimum=1, maximum=MAX_TOKENS, group="client")
-    reasoning_efforts: tuple[str, ...] = _key(
+    client_base_url: str | None = key("str", "Client contract - the URL clients use (default http://HOST:PORT/v1).", group="client")
+    client_gap: int | None = key("int", "Client contract - the gap between the engine ceiling and the advertised window.", maximum=MAX_TOKENS, group="client")
+    client_max_tokens: int | None = key("int", "Client contract - maxTokens.", minimum=1, maximum=MAX_TOKENS, group="client")
+    reasoning_efforts: tuple[str, ...] = key(
         "list",
         "Client contract - the reasoning_effort values the template accepts, e.g. [low, medium, xhigh].",
         default=(),
@@ -273,6 +277,37 @@ class Shape:
     def kv_dtypes(self) -> tuple[str, ...]:
         raise NotImplementedError
 
+    # What each runtime's shape says of itself (its class in runtimes/<name>.py answers), so the
+    # budget, the calibration store and the client contract never ask which runtime it is.
+    RUNTIME: ClassVar[str] = ""  # the runtime name its class serves
+    CREDENTIAL_FLAGS: ClassVar[tuple[str, ...]] = CREDENTIAL_FLAGS  # extra_args flags that would carry a key
+    KV_DTYPE_FIELD: ClassVar[str] = "kv_dtype"  # the key (or keys) a KV dtype verdict names
+    LAYOUT_KEYS: ClassVar[tuple[str, ...]] = ()  # the keys that lay the cache out within one geometry
+
+    @property
+    def request_ceiling(self) -> int:
+        """The most tokens one request may hold, as the engine will enforce it."""
+        raise NotImplementedError
+
+    @property
+    def request_window(self) -> int:
+        """The window one request is given, before the engine's padding (the trained-window note)."""
+        return self.request_ceiling
+
+    @property
+    def kv_identity(self) -> tuple[list[str], int]:
+        """(KV dtypes as the engine stores them, ranks the cache is split over): with the model's
+        geometry, what the per-token KV price depends on (the calibration store's key)."""
+        return list(self.kv_dtypes), 1
+
+    def layout(self) -> dict[str, Any]:
+        """The keys that lay the cache out, and their values (what a stored boot was measured at)."""
+        return {name: getattr(self, name) for name in self.LAYOUT_KEYS}
+
+    @classmethod
+    def check_values(cls, values: dict[str, Any]) -> None:
+        """The runtime's rules across keys, on the coerced values; raises ShapeError."""
+
     def as_dict(self) -> dict[str, Any]:
         """The shape as a plain mapping (every declared key that is set), for records and results."""
         out: dict[str, Any] = {}
@@ -289,154 +324,17 @@ class Shape:
 
     def replace(self, **changes: Any) -> Shape:
         """A copy with some keys changed, parsed again (so the change is validated too)."""
-        return parse_shape({**self.as_dict(), **changes})
+        return parse_into(type(self), {**self.as_dict(), **changes})
 
 
-@dataclass(frozen=True)
-class LlamaCppShape(Shape):
-    """llama.cpp `llama-server`."""
-
-    ctx_size: int = _key("int", "llama.cpp --ctx-size: the pool, divided into --parallel windows.", LLAMACPP, required=True, minimum=1, maximum=MAX_TOKENS)
-    parallel: int = _key("int", "llama.cpp --parallel (slots); each gets ctx_size / parallel positions.", LLAMACPP, default=1, minimum=1, maximum=MAX_SLOTS)
-    type_k: str = _key("str", "llama.cpp K cache type (f16, q8_0, q4_0, ...).", LLAMACPP, default="f16")
-    type_v: str | None = _key("str", "llama.cpp V cache type (default: type_k).", LLAMACPP)
-    kv_unified: bool = _key("bool", "llama.cpp --kv-unified (one pool shared by all slots).", LLAMACPP, default=False)
-    swa_full: bool = _key("bool", "llama.cpp --swa-full (full-size sliding-window caches).", LLAMACPP, default=False)
-    batch: int | None = _key("int", "llama.cpp --batch-size.", LLAMACPP, minimum=1, maximum=1 << 20)
-    ubatch: int = _key("int", "llama.cpp --ubatch-size (compute buffers scale with it).", LLAMACPP, default=512, minimum=1, maximum=1 << 16)
-    n_gpu_layers: int = _key("int", "llama.cpp --n-gpu-layers: the last N layers go to the devices.", LLAMACPP, default=999, maximum=MAX_LAYERS)
-    tensor_split: tuple[float, ...] | None = _key("split", "llama.cpp --tensor-split, a list of shares or 'a,b' (whole layers move).", LLAMACPP)
-    override_tensor: tuple[tuple[str, str], ...] | None = _key(
-        "overrides", "llama.cpp --override-tensor, a mapping pattern -> buffer (most specific pattern first in the flag).", LLAMACPP
-    )
-    projector: str | None = _key("str", "llama.cpp --mmproj: the vision projector, relative to the payload directory.", LLAMACPP)
-    projector_bytes: int | None = _key("size", "Budget - the projector's size, when its GGUF is not readable where the budget runs.", LLAMACPP, group="budget")
-    drafter: str | None = _key("str", "llama.cpp --model-draft: the drafter GGUF, relative to the payload directory (its own header sizes its KV).", LLAMACPP)
-    drafter_geometry: Mapping[str, Any] | None = _key("mapping", "Budget - the drafter's geometry, when its header is not readable.", LLAMACPP, group="budget")
-    drafter_type_k: str | None = _key("str", "Budget - the drafter's K cache type (default: type_k).", LLAMACPP, group="budget")
-    drafter_type_v: str | None = _key("str", "Budget - the drafter's V cache type (default: type_v).", LLAMACPP, group="budget")
-    spec_type: str | None = _key(
-        "str",
-        "llama.cpp --spec-type, e.g. draft-mtp,ngram-mod: at most ONE draft-* type; ngram-* are draftless.",
-        LLAMACPP,
-    )
-    draft_max: int | None = _key("int", "llama.cpp --spec-draft-n-max (draft depth; b11030-era flag).", LLAMACPP, minimum=1, maximum=64)
-    drafter_block_size: int | None = _key(
-        "int",
-        "The drafter's block size (DFlash2 8, DSpark 7): draft_max <= block size - 1. Not a flag.",
-        LLAMACPP,
-        minimum=2,
-        maximum=64,
-    )
-    draft_device: str | None = _key("str", "llama.cpp --device-draft: the device the drafter runs on (ROCm1, CUDA0).", LLAMACPP)
-    drafter_borrows_output: bool = _key(
-        "bool",
-        "The drafter borrows the target's output head (a shared MTP head): with override_tensor it must run on the output layer's device. Not a flag.",
-        LLAMACPP,
-        default=False,
-    )
-    cache_ram: int | None = _key("size", "llama.cpp --cache-ram: the prompt cache in host RAM, as a size.", LLAMACPP)
-    host_ram: int | None = _key("size", "Budget - the host's RAM, for the prompt-cache law.", LLAMACPP, group="budget")
-    jinja: bool = _key("bool", "llama.cpp --jinja (the model's chat template).", LLAMACPP, default=True)
-    chat_template_file: str | None = _key("str", "llama.cpp --chat-template-file, relative to the payload directory.", LLAMACPP)
-    reasoning_format: str | None = _key("str", "llama.cpp --reasoning-format (e.g. deepseek: reasoning lands in reasoning_content).", LLAMACPP)
-    flash_attn: bool | None = _key("bool", "llama.cpp --flash-attn: true renders 'on', false 'off'; unset leaves the build's auto.", LLAMACPP)
-    log_verbosity: int | None = _key(
-        "int", "llama.cpp --log-verbosity (-lv); 4 prints the per-buffer load ledger (KV, compute, projector) a boot record needs.", LLAMACPP, maximum=10
-    )
-    compute_buffer: int | tuple[int, ...] | None = _key(
-        "sizes", "Budget - compute buffers, one size or one per device (they scale with ubatch).", LLAMACPP, group="budget"
-    )
-    slot_calibration: Mapping[str, Any] | None = _key(
-        "mapping", "Budget - two measured boots {boots: [{slots, used}, ...]}: the slot ceiling.", LLAMACPP, group="budget"
-    )
-
-    @property
-    def slots(self) -> int:
-        return self.parallel
-
-    @property
-    def cache_type_v(self) -> str:
-        return self.type_v or self.type_k
-
-    @property
-    def kv_dtypes(self) -> tuple[str, ...]:
-        return (self.type_k, self.cache_type_v)
-
-
-@dataclass(frozen=True)
-class VllmShape(Shape):
-    """vLLM's OpenAI server."""
-
-    max_model_len: int = _key("int", "vLLM --max-model-len.", VLLM, required=True, minimum=1, maximum=MAX_TOKENS)
-    max_num_seqs: int = _key("int", "vLLM --max-num-seqs.", VLLM, default=1, minimum=1, maximum=MAX_SLOTS)
-    kv_cache_dtype: str = _key("str", "vLLM --kv-cache-dtype (auto, bf16, fp8, ...).", VLLM, default="auto")
-    kv_cache_memory_bytes: int | None = _key("size", "vLLM --kv-cache-memory-bytes, per rank, as a size.", VLLM)
-    max_num_batched_tokens: int | None = _key("int", "vLLM --max-num-batched-tokens.", VLLM, minimum=1, maximum=MAX_TOKENS)
-    tensor_parallel: int = _key("int", "vLLM --tensor-parallel-size (one rank per device).", VLLM, default=1, minimum=1, maximum=64)
-    gpu_memory_utilization: float = _key(
-        "float",
-        "vLLM --gpu-memory-utilization, a fraction of the whole card, below 1.0.",
-        VLLM,
-        default=0.9,
-        above=0.0,
-        below=1.0,
-        range_help="above 0 and below 1.0 (1.0 is unbootable: worker init demands free memory above the budget); use at most 0.98",
-    )
-    prefix_caching: bool = _key("bool", "vLLM --enable-prefix-caching.", VLLM, default=False)
-    tool_parser: str | None = _key("str", "vLLM --tool-call-parser (enables auto tool choice).", VLLM)
-    reasoning_parser: str | None = _key("str", "vLLM --reasoning-parser.", VLLM)
-    speculative_config: Mapping[str, Any] | None = _key("mapping", "vLLM --speculative-config (a drafter: draft model, MTP or n-gram).", VLLM)
-    calibration: tuple[Any, ...] = _key("list", "Budget - measured boots [{kv_dtype, max_model_len, pool_bytes, tokens}].", VLLM, default=(), group="budget")
-    weights_per_rank: int | None = _key("size", "Budget - weights per rank.", VLLM, group="budget")
-    weights: int | None = _key("size", "Budget - weights in total (divided over the ranks).", VLLM, group="budget")
-    graph_memory: int | None = _key("size", "Budget - measured graph memory per rank.", VLLM, group="budget")
-    graph_captures: int | None = _key("int", "Budget - captured graphs (the engine's estimate: 256 MiB + 52 MiB each).", VLLM, maximum=1024, group="budget")
-    runtime_overhead: int = _key("size", "Budget - vLLM runtime overhead per rank.", VLLM, default=0, group="budget")
-    non_torch_memory: int = _key("size", "Budget - non-torch memory per rank.", VLLM, default=0, group="budget")
-    attention_backend: str | None = _key("str", "vLLM --attention-backend (e.g. TURBOQUANT; some builds ignore the VLLM_ATTENTION_BACKEND env var).", VLLM)
-    expert_arena: int | None = _key("size", "Budget - the expert arena per rank, declared.", VLLM, group="budget")
-    expert_offload: bool = _key(
-        "bool",
-        "vLLM --enable-expert-offload (tcclaviger RDNA4 fork only); the planner sizes the arena from max_model_len, never from the pool.",
-        VLLM,
-        default=False,
-    )
-    expert_precise_memory: bool = _key(
-        "bool",
-        "vLLM --expert-precise-memory (tcclaviger RDNA4 fork only): the planner charges precise_runtime_overhead, not the default.",
-        VLLM,
-        default=False,
-    )
-    precise_runtime_overhead: int | None = _key(
-        "size", "Budget - the fitted overhead per rank that --expert-precise-memory selects (5.25 GiB on gfx1201 TP2).", VLLM, group="budget"
-    )
-    kv_reserve_per_token: int = _key(
-        "int",
-        "Budget - the expert planner's KV reserve per token of max_model_len, bytes (seeds/004: 9190).",
-        VLLM,
-        default=9190,
-        minimum=1,
-        maximum=1 << 24,
-        group="budget",
-    )
-    expert_slot_bytes: int | None = _key(
-        "size", "Budget - one expert slot's size (2.344 MiB for qwen3.8-flash-next FP8), for the slot count.", VLLM, group="budget"
-    )
-    expert_arena_calibration: Mapping[str, Any] | None = _key(
-        "mapping", "Budget - a boot's printed arena {max_model_len, runtime_overhead, arena}: the arena law moves it.", VLLM, group="budget"
-    )
-
-    @property
-    def slots(self) -> int:
-        return self.max_num_seqs
-
-    @property
-    def kv_dtypes(self) -> tuple[str, ...]:
-        return (self.kv_cache_dtype,)
-
-
-SHAPE_CLASSES: dict[str, type[Shape]] = {"llamacpp": LlamaCppShape, "vllm": VllmShape}
+# Keys an older inventory may still carry, and what replaced them.
+RENAMED = {
+    "projector_path": "projector (one key: the path relative to the payload directory)",
+    "drafter_path": "drafter (one key: the path relative to the payload directory)",
+    "model": "model_file (relative to endpoint_payload_dir)",
+    "model_path": "model_file (relative to endpoint_payload_dir)",
+    "devices": "endpoint_devices (a variable of its own, not a shape key)",
+}
 
 
 @dataclass(frozen=True)
@@ -453,81 +351,43 @@ class ShapeField:
     choices: tuple[str, ...] | None
 
 
-def _declared() -> dict[str, ShapeField]:
-    out: dict[str, ShapeField] = {}
-    for cls in SHAPE_CLASSES.values():
-        for item in dataclasses.fields(cls):
-            meta = item.metadata
-            if item.name in out:
-                continue
-            out[item.name] = ShapeField(
-                item.name, meta["kind"], meta["help"], meta["runtimes"], meta["group"], item.default, bool(meta.get("required")), meta.get("choices")
-            )
-    return out
-
-
-SHAPE_FIELDS: dict[str, ShapeField] = _declared()
-
-# Keys an older inventory may still carry, and what replaced them.
-RENAMED = {
-    "projector_path": "projector (one key: the path relative to the payload directory)",
-    "drafter_path": "drafter (one key: the path relative to the payload directory)",
-    "model": "model_file (relative to endpoint_payload_dir)",
-    "model_path": "model_file (relative to endpoint_payload_dir)",
-    "devices": "endpoint_devices (a variable of its own, not a shape key)",
-}
-
-
-def parse_shape(raw: Any, name: str | None = None) -> Shape:
-    """The one parser: a mapping (or a Shape) -> a typed shape. `name` is the endpoint's name, the
-    default served id. Raises ShapeError naming the field and the fix."""
-    if isinstance(raw, Shape):
-        return raw if raw.served_id or not name else dataclasses.replace(raw, served_id=name)
-    if not isinstance(raw, Mapping):
-        raise ShapeError(f"shape: expected a mapping of shape keys, got {type(raw).__name__}")
-    runtime = raw.get("runtime")
-    if runtime not in SHAPE_CLASSES:
-        raise ShapeError(f"runtime: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")
-    cls = SHAPE_CLASSES[runtime]
+def parse_into(cls: type[Shape], raw: Mapping[str, Any], name: str | None = None, declared: Mapping[str, ShapeField] | None = None) -> Shape:
+    """A mapping -> an instance of one runtime's shape class. `name` is the endpoint's name, the
+    default served id; `declared` (every runtime's keys) lets a key of another runtime be named as
+    such. Raises ShapeError naming the field and the fix."""
+    runtime = str(raw.get("runtime"))
     taken = {item.name: item for item in dataclasses.fields(cls)}
-    for key in raw:
-        if key in taken:
+    for key_name in raw:
+        if key_name in taken:
             continue
-        if key in RENAMED:
-            raise ShapeError(f"{key}: no longer a shape key; use {RENAMED[key]}")
-        if key in SHAPE_FIELDS:
-            other = ", ".join(sorted(SHAPE_FIELDS[key].runtimes))
-            raise ShapeError(f"{key}: not a {runtime} key (it belongs to {other}); remove it or change runtime")
-        close = difflib.get_close_matches(str(key), list(taken), n=1)
-        raise ShapeError(f"{key}: unknown shape key" + (f"; did you mean {close[0]}?" if close else f" for runtime {runtime}"))
+        if key_name in RENAMED:
+            raise ShapeError(f"{key_name}: no longer a shape key; use {RENAMED[key_name]}")
+        if declared and key_name in declared:
+            other = ", ".join(sorted(declared[key_name].runtimes))
+            raise ShapeError(f"{key_name}: not a {runtime} key (it belongs to {other}); remove it or change runtime")
+        close = difflib.get_close_matches(str(key_name), list(taken), n=1)
+        raise ShapeError(f"{key_name}: unknown shape key" + (f"; did you mean {close[0]}?" if close else f" for runtime {runtime}"))
     values: dict[str, Any] = {}
-    for key, item in taken.items():
-        value = raw.get(key)
+    for key_name, item in taken.items():
+        value = raw.get(key_name)
         if value is None:
             if item.metadata.get("required"):
-                raise ShapeError(f"{key}: required for {runtime} shapes ({item.metadata['help']})")
+                raise ShapeError(f"{key_name}: required for {runtime} shapes ({item.metadata['help']})")
             continue
-        values[key] = _coerce(item.metadata, value, key)
+        values[key_name] = _coerce(item.metadata, value, key_name)
     if not values.get("served_id") and name:
         values["served_id"] = parse_text(name, "served_id")
-    _check_speculation(values)
-    _check_no_key_in_argv(values.get("extra_args") or ())
-    if values.get("expert_precise_memory") and not values.get("expert_offload"):
-        raise ShapeError("expert_precise_memory: sizes the expert offload arena; set expert_offload: true or remove it")
+    check_no_key_in_argv(values.get("extra_args") or (), cls.CREDENTIAL_FLAGS)
+    cls.check_values(values)
     _check_known_bad(values, taken)
     _check_reasoning_efforts(values)
     return cls(**values)
 
 
-# Flags that would put a credential in argv: /proc/PID/cmdline, the unit file, the record and the
-# runbooks all show argv. The key goes in endpoint_api_key, which reaches the engine by environment.
-_CREDENTIAL_FLAGS = ("--api-key", "--hf-token")
-
-
-def _check_no_key_in_argv(extra_args: tuple[str, ...]) -> None:
+def check_no_key_in_argv(extra_args: tuple[str, ...], flags: tuple[str, ...] = CREDENTIAL_FLAGS) -> None:
     for arg in extra_args:
         flag = str(arg).split("=", 1)[0]
-        if flag in _CREDENTIAL_FLAGS:
+        if flag in flags:
             raise ShapeError(
                 f"extra_args: {flag} would put a credential in the engine's argv (readable in /proc/PID/cmdline, the unit file and the "
                 "records); set endpoint_api_key (from Ansible Vault) instead: the engine gets it by environment"
@@ -543,29 +403,6 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 def spec_chain(spec_type: str | None) -> tuple[str, ...]:
     """The --spec-type chain as its parts."""
     return tuple(part.strip() for part in spec_type.split(",")) if spec_type else ()
-
-
-def _check_speculation(values: dict[str, Any]) -> None:
-    """llama.cpp speculation: one draft context per process, and a depth the drafter can hold."""
-    chain = spec_chain(values.get("spec_type"))
-    for part in chain:
-        if not (part.startswith("draft-") or part.startswith("ngram-")):
-            raise ShapeError(
-                f"spec_type: {part!r} is not a speculative type; use draft-* (model-backed, e.g. draft-mtp) or ngram-* (draftless, e.g. ngram-mod)"
-            )
-    drafters = [part for part in chain if part.startswith("draft-")]
-    if len(drafters) > 1:
-        # 'spec-type draft-mtp,draft-dflash' dies at load: the chain has ONE draft context.
-        raise ShapeError(
-            f"spec_type: {','.join(drafters)} chains {len(drafters)} model-backed drafters, but a chain has ONE draft context; "
-            "keep one draft-* type (ngram-* types are draftless and may chain behind it)"
-        )
-    depth = values.get("draft_max")
-    if depth is not None and not drafters and not values.get("drafter"):
-        raise ShapeError("draft_max: sets the draft depth of a model-backed drafter; add spec_type (e.g. draft-mtp) or remove draft_max")
-    block = values.get("drafter_block_size")
-    if block is not None and depth is not None and depth > block - 1:
-        raise ShapeError(f"draft_max: {depth} exceeds drafter_block_size {block} - 1; llama.cpp asserts n_max <= block_size - 1: use at most {block - 1}")
 
 
 def _check_known_bad(values: dict[str, Any], taken: Mapping[str, Any]) -> None:
