@@ -330,3 +330,15 @@ def test_auto_reports_both_vendors_on_a_mixed_host():
     assert table[0].split()[:4] == ["backend", "name", "arch", "pool"]
     cells = [cell.strip() for cell in table[2].split("  ") if cell.strip()]
     assert cells[:6] == ["ROCm0", "AMD gfx1151 [0x1586] (integrated)", "gfx1151", "gtt", "98,304", "77,824"]  # the GTT pool, in MiB
+
+
+def test_cli_devices_parses_a_recorded_output(capsys):
+    from ansible_collections.frank.llm_fleet.plugins.plugin_utils.cli import main
+
+    assert main(["devices", "--from", str(FIXTURES / "strix_halo_gfx1151_sysfs"), "--tool", "sysfs-dir", "--budget-yaml"]) == 0
+    assert capsys.readouterr().out == "endpoint_devices:\n- name: rocm0\n  memory: 103079215104\n  arch: gfx1151\n"
+    assert main(["devices", "--from", str(FIXTURES / "rtx3090_sm86.csv"), "--tool", "rocm-smi"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "llm-fleet devices: rocm-smi: no JSON in the output; first line: index, name, memory.total [MiB], memory.used [MiB], memory.free [MiB], compute_cap, pcie.link.gen.max, pcie.link.width.current, pcie.link.width.max\n"
+    )
