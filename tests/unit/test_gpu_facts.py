@@ -338,7 +338,5 @@ def test_cli_devices_parses_a_recorded_output(capsys):
     assert main(["devices", "--from", str(FIXTURES / "strix_halo_gfx1151_sysfs"), "--tool", "sysfs-dir", "--budget-yaml"]) == 0
     assert capsys.readouterr().out == "endpoint_devices:\n- name: rocm0\n  memory: 103079215104\n  arch: gfx1151\n"
     assert main(["devices", "--from", str(FIXTURES / "rtx3090_sm86.csv"), "--tool", "rocm-smi"]) == 2
-    assert (
-        capsys.readouterr().err
-        == "llm-fleet devices: rocm-smi: no JSON in the output; first line: index, name, memory.total [MiB], memory.used [MiB], memory.free [MiB], compute_cap, pcie.link.gen.max, pcie.link.width.current, pcie.link.width.max\n"
-    )
+    err = capsys.readouterr().err
+    assert err.startswith("llm-fleet devices: rocm-smi: no JSON in the output; first line: index, name, memory.total [MiB], memory.used [MiB]")
