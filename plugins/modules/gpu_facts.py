@@ -110,7 +110,7 @@ def main() -> None:
         return module.run_command(argv, handle_exceptions=False)
 
     try:
-        devices = discover(run, module.params["source"], module.params["sysfs_root"], which=lambda name: module.get_bin_path(name))
+        devices = discover(run, module.params["source"], module.params["sysfs_root"], which=module.get_bin_path)
     except GpuFactsError as exc:
         module.fail_json(msg=str(exc))
     facts = [device.as_dict() for device in devices]

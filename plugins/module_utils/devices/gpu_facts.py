@@ -474,8 +474,9 @@ def _kfd_targets(root: str) -> dict[int, int]:
     for name in names:
         props: dict[str, str] = {}
         for line in (_read(os.path.join(nodes, name, "properties")) or "").splitlines()[:200]:
-            key, _, value = line.partition(" ")
-            props[key] = value.strip()
+            parts = line.split(None, 1)
+            if len(parts) == 2:
+                props[parts[0]] = parts[1].strip()
         minor, version = props.get("drm_render_minor"), props.get("gfx_target_version")
         if minor and version and version != "0":  # the CPU node reports gfx_target_version 0
             out[_bounded_int(minor, "drm_render_minor", "sysfs", 65535)] = _bounded_int(version, "gfx_target_version", "sysfs", 999999)
