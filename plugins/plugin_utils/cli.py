@@ -6,6 +6,8 @@ From a checkout: bin/llm-fleet. From an installed collection (ansible-galaxy col
   llm-fleet budget --shape shape.yml [--set ctx_size=262144] [--svg ledger.svg] [--png ledger.png] [--json]
   llm-fleet budget --endpoint frank-secondary -i inventories/production   an inventory endpoint's shape and devices
   llm-fleet gguf MODEL.gguf            header facts, read without touching tensor data
+  llm-fleet devices [--source auto|nvidia-smi|rocm-smi|sysfs] [--from FILE --tool nvidia-smi|rocm-smi|sysfs-dir] [--json|--budget-yaml]
+                                         this machine's GPUs (gpu_facts), or a recorded output's
   llm-fleet payload manifest --repo OWNER/NAME [--revision main] [--file PATH ...] -o manifest.yml
   llm-fleet payload verify --manifest manifest.yml --dest DIR [--hash]
   llm-fleet payload fetch --manifest manifest.yml --dest DIR [--workers 2] [--refetch]
@@ -165,6 +167,35 @@ def cmd_budget(args: argparse.Namespace) -> int:
         render_ledger_png(result.as_dict(), args.png, args.title or "")
         print(f"ledger picture: {args.png}", file=sys.stderr)
     return 0 if result.fits else 1
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """The GPUs as gpu_facts reads them: live on this machine, or from a recorded output."""
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.devices import gpu_facts
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    try:
+        if args.recorded:
+            if args.tool == "sysfs-dir":
+                devices = gpu_facts.parse_amd_sysfs(args.recorded)
+            else:
+                text = Path(args.recorded).read_text(encoding="utf-8", errors="replace")
+                devices = gpu_facts.parse_nvidia_smi(text) if args.tool == "nvidia-smi" else gpu_facts.parse_rocm_smi(text)
+        else:
+            devices = gpu_facts.discover(run, args.source)
+        if args.budget_yaml:
+            print(yaml.safe_dump({"endpoint_devices": gpu_facts.budget_devices(devices)}, sort_keys=False), end="")
+        elif args.json:
+            print(json.dumps([device.as_dict() for device in devices], indent=2))
+        else:
+            print(gpu_facts.render_devices(devices))
+    except (gpu_facts.GpuFactsError, OSError, subprocess.TimeoutExpired) as exc:
+        print(f"llm-fleet devices: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_gguf(args: argparse.Namespace) -> int:
@@ -451,6 +482,13 @@ def main(argv: list[str] | None = None) -> int:
     budget.add_argument("--png", metavar="FILE", help="write the ledger as a PNG picture (as the runbooks embed it)")
     budget.add_argument("--title", help="title of the picture")
     budget.set_defaults(func=cmd_budget)
+    devices = sub.add_parser("devices", help="this machine's GPUs as gpu_facts reads them, or a recorded output's")
+    devices.add_argument("--source", choices=["auto", "nvidia-smi", "rocm-smi", "sysfs"], default="auto", help="where to read the live facts")
+    devices.add_argument("--from", dest="recorded", metavar="FILE", help="parse a recorded output instead (a sysfs root directory for --tool sysfs-dir)")
+    devices.add_argument("--tool", choices=["nvidia-smi", "rocm-smi", "sysfs-dir"], help="what --from holds")
+    devices.add_argument("--json", action="store_true", help="print every fact as JSON")
+    devices.add_argument("--budget-yaml", action="store_true", help="print endpoint_devices for llm-fleet budget --shape")
+    devices.set_defaults(func=cmd_devices)
     gguf = sub.add_parser("gguf", help="print a GGUF model's header facts")
     gguf.add_argument("path")
     gguf.set_defaults(func=cmd_gguf)
@@ -516,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "bench" and args.action == "render" and not args.result:
         parser.error("bench render needs RESULT.json")
+    if args.command == "devices" and bool(args.recorded) != bool(args.tool):
+        parser.error("devices: --from and --tool go together")
     if args.command == "payload":
         needed = {"manifest": ["repo"], "verify": ["manifest", "dest"], "fetch": ["manifest", "dest"]}[args.action]
         missing = [f"--{name}" for name in needed if not getattr(args, name)]
