@@ -3,7 +3,8 @@
 A runtime is one driver in plugins/module_utils/runtimes/ (registry.py names them); every other
 file reaches a runtime's knowledge through the driver's interface. This test reads every Python
 file under plugins/ (and the roles' task, default and template files) and fails on:
-- a string literal equal to a registered runtime's name (a comparison, a table key, a loop),
+- a string literal equal to a registered runtime's name (a comparison, a table key, a loop), or
+  one of its metric namespace (`llamacpp:...`: the driver names its series),
 - a reference to a runtime's shape class or driver class by name,
 - a role expression comparing `runtime` with a literal.
 Help texts and docstrings are prose, not branches: only whole-string literals count.
@@ -44,6 +45,8 @@ def branches_in_python(path: Path, names: set[str], classes: set[str]) -> list[s
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
             found.append(f"{shown(path)}:{node.lineno}: the runtime name {node.value!r}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and any(node.value.startswith(f"{name}:") for name in names):
+            found.append(f"{shown(path)}:{node.lineno}: a series of a runtime's metric namespace {node.value!r}")
         elif isinstance(node, ast.Name) and node.id in classes:
             found.append(f"{shown(path)}:{node.lineno}: {node.id}")
         elif isinstance(node, ast.alias) and node.name in classes:
@@ -85,13 +88,21 @@ def test_the_branch_finder_finds_branches(tmp_path):
         "def f(shape):\n"
         "    if shape.runtime == 'llamacpp':\n"
         "        return isinstance(shape, VllmShape)\n"
-        "    return {'vllm': 1}\n"
+        "    return {'vllm': 1, 'x': 'vllm:num_requests_running'}\n"
         '"""llamacpp in prose is fine"""\n',
         encoding="utf-8",
     )
     found = branches_in_python(sample, {"llamacpp", "vllm"}, {"LlamaCppShape", "VllmShape"})
     tails = [line.split(": ", 1)[1] for line in found]
-    assert sorted(tails) == sorted(["imports LlamaCppShape", "the runtime name 'llamacpp'", "VllmShape", "the runtime name 'vllm'"])
+    assert sorted(tails) == sorted(
+        [
+            "imports LlamaCppShape",
+            "the runtime name 'llamacpp'",
+            "VllmShape",
+            "the runtime name 'vllm'",
+            "a series of a runtime's metric namespace 'vllm:num_requests_running'",
+        ]
+    )
     assert _ROLE_BRANCH.search("if __endpoint_shape.runtime == 'llamacpp'")
     assert _ROLE_BRANCH.search("endpoint_shape.runtime | default('') == 'vllm'")
     assert not _ROLE_BRANCH.search("{{ __endpoint_shape.runtime }}")
@@ -99,6 +110,7 @@ def test_the_branch_finder_finds_branches(tmp_path):
 
 def test_every_driver_declares_its_contract():
     for name, runtime in DRIVERS.items():
-        assert runtime.name == name and runtime.shape_class.RUNTIME == name
+        assert name == runtime.name
+        assert name == runtime.shape_class.RUNTIME
         assert runtime.api_key_env and runtime.in_flight_gauges and runtime.refusal.window, name
         assert all(gauge.startswith(f"{name}:") for gauge in runtime.in_flight_gauges), name

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.llamacpp import LlamaCppShape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import SHAPE_FIELDS, parse_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import RUNTIMES, SHAPE_FIELDS, parse_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.vllm import VllmShape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, resolve_path
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, MIB
@@ -105,11 +105,13 @@ def test_every_declared_key_has_help_and_a_runtime():
     for key, spec in SHAPE_FIELDS.items():
         assert spec.help.strip(), key
         assert spec.runtimes, key
-    # Each class declares each key once: a key shared by both runtimes lives in the base class.
+    # Each class declares each key once: a key two runtimes share lives in the base class, so
+    # every runtime takes it.
     llama = {f.name for f in dataclasses.fields(LlamaCppShape)}
     vllm = {f.name for f in dataclasses.fields(VllmShape)}
     for key in llama & vllm:
-        assert SHAPE_FIELDS[key].runtimes == {"llamacpp", "vllm"}, key
+        assert SHAPE_FIELDS[key].runtimes == frozenset(RUNTIMES), key
+        assert {"llamacpp", "vllm"} <= SHAPE_FIELDS[key].runtimes, key
 
 
 def test_payload_paths_resolve_inside_the_payload_directory():

@@ -20,12 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-IN_FLIGHT_GAUGES = (
-    "llamacpp:requests_processing",
-    "llamacpp:requests_deferred",
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import DRIVERS
+
+# Every runtime's in-flight gauges (runtimes/<name>.py `in_flight_gauges`): an engine exports only
+# its own, so their sum over what /metrics shows is the engine's in-flight count.
+IN_FLIGHT_GAUGES = tuple(gauge for runtime in DRIVERS.values() for gauge in runtime.in_flight_gauges)
 _SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN)\s*(\d+)?$")
 # A /metrics page is a few KiB; read at most this much.
 MAX_METRICS_BYTES = 4 << 20
