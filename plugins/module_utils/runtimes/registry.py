@@ -18,14 +18,14 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry im
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, devices_from
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader
-from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes import llamacpp, sketch, vllm
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes import llamacpp, vllm
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import ArgvError, Runtime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import BootLedger
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape, ShapeError, ShapeField, parse_into
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import SizeError
 
 # Every runtime's module, in the order their names are listed to a user.
-DRIVER_MODULES = (llamacpp, vllm, sketch)
+DRIVER_MODULES = (llamacpp, vllm)
 DRIVERS: dict[str, Runtime] = {module.DRIVER.name: module.DRIVER for module in DRIVER_MODULES}
 RUNTIMES: tuple[str, ...] = tuple(DRIVERS)
 SHAPE_CLASSES: dict[str, type[Shape]] = {name: runtime.shape_class for name, runtime in DRIVERS.items()}
