@@ -168,3 +168,75 @@ def test_strings_longer_than_the_maximum_are_refused_even_when_they_fit_the_file
     path.write_bytes(_raw_gguf(b"", n_kv=0, n_tensors=1, tail=info) + b"\0" * 128)
     with pytest.raises(GGUFError, match=r"65 bytes, above MAX_TENSOR_NAME_BYTES \(64\)"):
         read_header(path)
+
+
+def _model_with(tmp_path, extra_kv: dict, n_layer: int = 4):
+    return write_gguf(tmp_path / "m.gguf", n_layer=n_layer, extra_kv=extra_kv)
+
+
+@pytest.mark.parametrize(
+    ("extra_kv", "message"),
+    [
+        pytest.param(
+            {"llama.attention.sliding_window": 128, "llama.attention.sliding_window_pattern": [True, False]},
+            r"llama\.attention\.sliding_window_pattern has 2 entries for 4 blocks \(llama\.block_count\)",
+            id="swa-pattern-shorter-than-blocks",
+        ),
+        pytest.param(
+            {"llama.attention.sliding_window": 128, "llama.attention.sliding_window_pattern": ["a", "b", "c", "d"]},
+            r"llama\.attention\.sliding_window_pattern\[0\] is 'a', expected a boolean",
+            id="swa-pattern-of-strings",
+        ),
+        pytest.param(
+            {"llama.full_attention_interval": "every"}, r"llama\.full_attention_interval is 'every', expected an integer in 0-4096", id="interval-string"
+        ),
+        pytest.param({"llama.ssm.conv_kernel": "4"}, r"llama\.ssm\.conv_kernel is '4', expected an integer in 0-", id="conv-kernel-string"),
+        pytest.param({"llama.ssm.inner_size": [1, 2]}, r"llama\.ssm\.inner_size is \[1, 2\], expected an integer", id="ssm-inner-list"),
+        pytest.param({"llama.attention.key_length": "128"}, r"llama\.attention\.key_length is '128', expected an integer in 0-65536", id="key-length-string"),
+        pytest.param(
+            {"llama.attention.sliding_window": 1 << 30}, r"llama\.attention\.sliding_window is 1073741824, outside 0-16777216 \(MAX_WINDOW\)", id="window-2**30"
+        ),
+        pytest.param({"llama.expert_count": 1 << 20}, r"llama\.expert_count is 1048576, outside 0-65536 \(MAX_EXPERT_COUNT\)", id="experts-2**20"),
+        pytest.param(
+            {"llama.expert_count": 8, "llama.expert_used_count": 9},
+            r"llama\.expert_used_count is 9, more than llama\.expert_count \(8\)",
+            id="used-above-experts",
+        ),
+        pytest.param({"llama.vocab_size": "lots"}, r"llama\.vocab_size is 'lots', expected an integer", id="vocab-string"),
+        pytest.param({"split.count": "2"}, r"split\.count is '2', expected an integer in 0-99999", id="split-count-string"),
+        pytest.param({"split.count": [2, 3]}, r"split\.count is \[2, 3\], expected an integer in 0-99999", id="split-count-list"),
+        pytest.param({"split.count": 2, "split.no": 5}, r"split\.no is 5, outside 0-1 \(split\.count 2\)", id="split-no-past-count"),
+        pytest.param({"split.count": 2, "split.tensors.count": "x"}, r"split\.tensors\.count is 'x', expected an integer", id="split-tensors-string"),
+    ],
+)
+def test_bad_model_keys_are_refused_naming_the_key_and_the_file(tmp_path, extra_kv, message):
+    # Before: an IndexError, TypeError or bare ValueError from the KV law or read_model, no key named.
+    path = _model_with(tmp_path, extra_kv)
+    with pytest.raises(GGUFError, match=message) as info:
+        geometry_from_header(read_model(path))
+    assert str(path) in str(info.value), "the file is named"
+    assert "fetch the model again" in str(info.value), "the fix is named"
+
+
+def test_a_per_layer_head_count_of_the_wrong_length_names_the_file(tmp_path):
+    # Before: the KV law's "2 per-layer values for 3 layers" named neither the file nor the block count.
+    path = tmp_path / "heads.gguf"
+    path.write_bytes(_llama(3, struct.pack("<IQ", 5, 2) + struct.pack("<2i", 8, 8)))
+    with pytest.raises(GGUFError, match=rf"{path}: .*llama\.attention\.head_count has 2 entries for 3 blocks \(llama\.block_count\)"):
+        read_header(path)
+
+
+def test_the_split_count_reader_of_the_payload_gate_names_the_key(tmp_path):
+    # Before: int() of a list raised TypeError out of the structure check.
+    from ansible_collections.frank.llm_fleet.plugins.modules.hf_payload_gate import gguf_split_count
+
+    path = _model_with(tmp_path, {"split.count": [2]})
+    with pytest.raises(GGUFError, match=r"split\.count is \[2\], expected an integer"):
+        gguf_split_count(str(path))
+
+
+def test_a_real_sliding_window_pattern_and_split_keys_still_read(tmp_path):
+    pattern = [True, True, True, False]
+    path = _model_with(tmp_path, {"llama.attention.sliding_window": 128, "llama.attention.sliding_window_pattern": pattern, "split.no": 0})
+    geometry = geometry_from_header(read_model(path))
+    assert [layer.kind for layer in geometry.layers] == ["swa", "swa", "swa", "full"]

@@ -124,3 +124,80 @@ def test_more_connections_than_the_bound_are_closed_and_the_relay_survives(runni
             return False
 
     assert relay.wait_for(accepted)
+
+
+def _trickle_until_cut(conn: socket.socket, data: bytes, every: float, give_up: float) -> tuple[float, bytes]:
+    """Send `data` one byte every `every` seconds until the relay answers or closes: (seconds, answer)."""
+    started = time.monotonic()
+    conn.settimeout(every)
+    index = 0
+    while time.monotonic() - started < give_up:
+        try:
+            answer = conn.recv(4096)
+            return time.monotonic() - started, answer  # an answer, or b"" when closed
+        except TimeoutError:
+            pass
+        except ConnectionResetError:
+            return time.monotonic() - started, b""
+        try:
+            conn.send(data[index % len(data) : index % len(data) + 1])
+        except (BrokenPipeError, ConnectionResetError):
+            return time.monotonic() - started, b""
+        index += 1
+    return time.monotonic() - started, b"still open"
+
+
+@pytest.mark.parametrize(
+    ("head", "trickled", "answer"),
+    [
+        (b"", b"POST /webhook HTTP/1.1\r\nX-Slow: " + b"a" * 100, b""),
+        (b'POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 400\r\n\r\n{"message": "', b"a", b"HTTP/1.0 408 "),
+    ],
+    ids=["headers", "body"],
+)
+def test_a_slow_loris_client_is_cut_at_the_request_deadline(running_relay, caplog, head, trickled, answer):
+    # Before: the 10 s timeout was per read, so a byte every 8 s held a connection for ever.
+    caplog.set_level(logging.INFO)
+    relay = running_relay(request_deadline=1)
+    with socket.create_connection(("127.0.0.1", relay.port), timeout=5) as conn:
+        conn.sendall(head)
+        took, got = _trickle_until_cut(conn, trickled, every=0.1, give_up=8)
+    assert got.startswith(answer) and (answer or got == b""), got[:80]
+    assert 0.9 <= took < 5, f"cut after {took:.2f} s, the deadline is 1 s"
+    lines = relay_log(caplog)
+    assert any("within the 1-second request_deadline" in line for line in lines), lines
+    assert relay.post(b'{"message": "still serving"}')[0] == 202
+
+
+def test_a_fifth_honest_client_is_served_while_four_slow_ones_hold_on(running_relay, caplog):
+    # Before: four sockets sending a byte every 8 s kept a max_connections: 4 relay full.
+    caplog.set_level(logging.INFO)
+    relay = running_relay(max_connections=4, max_connections_per_source=2, request_deadline=30)
+    slow = []
+    for _client in range(4):
+        conn = socket.socket()
+        conn.settimeout(5)
+        conn.bind(("127.0.0.2", 0))  # one source on the bridge, another loopback address here
+        conn.connect(("127.0.0.1", relay.port))
+        conn.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        slow.append(conn)
+    assert relay.wait_for(
+        lambda: (
+            sum("connection from 127.0.0.2 closed: 2 connections from it already open (max_connections_per_source)" in line for line in relay_log(caplog)) == 2
+        )
+    )
+    started = time.monotonic()
+    assert relay.post(b'{"message": "honest"}')[0] == 202
+    assert time.monotonic() - started < 3, "served at once, not after the deadline"
+    assert relay.wait_for(lambda: relay.sent() and relay.sent()[-1][-2] == "honest")
+    held = 0
+    for conn in slow:
+        conn.setblocking(False)
+        try:
+            held += conn.recv(1) == b"x"  # never: an open connection has nothing to read
+        except BlockingIOError:
+            held += 1  # still open, still waiting on its body
+        except (ConnectionResetError, OSError):
+            pass
+        conn.close()
+    assert held == 2, "the two admitted slow clients still hold on; the other two were closed"

@@ -22,7 +22,9 @@ class RunningRelay:
     def __init__(self, config: webhook_relay.Config, log: Path) -> None:
         self.config, self.log = config, log
         self.relay = webhook_relay.Relay(config)
-        self.server = webhook_relay.BoundedServer(("127.0.0.1", 0), webhook_relay.make_handler(self.relay), config.max_connections)
+        self.server = webhook_relay.BoundedServer(
+            ("127.0.0.1", 0), webhook_relay.make_handler(self.relay), config.max_connections, config.max_connections_per_source
+        )
         self.port = self.server.server_address[1]
         self.threads = [threading.Thread(target=self.server.serve_forever, daemon=True), threading.Thread(target=self.relay.drain, daemon=True)]
         for thread in self.threads:

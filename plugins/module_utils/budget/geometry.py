@@ -11,8 +11,48 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_law
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import (
+    MAX_ARRAY_LENGTH,
+    MAX_BLOCK_COUNT,
+    MAX_CONTEXT_LENGTH,
+    MAX_EMBEDDING_LENGTH,
+    MAX_EXPERT_COUNT,
+    MAX_HEAD_COUNT,
+    MAX_HEAD_DIM,
+    MAX_WINDOW,
+    GGUFHeader,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import MAX_LAYERS, ShapeError, parse_bytes, parse_int
+
+# A model's config.json is a few KiB (the largest, with a vision tower, tens of KiB).
+MAX_CONFIG_BYTES = 4 << 20
+MAX_CONFIG_STRING = 256  # an architecture, model type or layer kind name
+# config.json counts and dimensions the budget reads or a caller may size work by: key ->
+# (minimum, maximum, the bound's name). The maxima are gguf_header's, so both formats of one model
+# meet the same bounds. A key that is absent or null is left to the KV law's default.
+_CONFIG_NUMBERS: dict[str, tuple[int, int, str]] = {
+    "num_hidden_layers": (1, MAX_BLOCK_COUNT, "MAX_BLOCK_COUNT"),
+    "num_attention_heads": (1, MAX_HEAD_COUNT, "MAX_HEAD_COUNT"),
+    "num_key_value_heads": (0, MAX_HEAD_COUNT, "MAX_HEAD_COUNT"),
+    "head_dim": (1, MAX_HEAD_DIM, "MAX_HEAD_DIM"),
+    "hidden_size": (1, MAX_EMBEDDING_LENGTH, "MAX_EMBEDDING_LENGTH"),
+    "intermediate_size": (0, MAX_EMBEDDING_LENGTH * 64, "MAX_EMBEDDING_LENGTH x 64"),
+    "moe_intermediate_size": (0, MAX_EMBEDDING_LENGTH * 64, "MAX_EMBEDDING_LENGTH x 64"),
+    "vocab_size": (0, MAX_ARRAY_LENGTH, "MAX_ARRAY_LENGTH"),
+    "max_position_embeddings": (0, MAX_CONTEXT_LENGTH, "MAX_CONTEXT_LENGTH"),
+    "sliding_window": (0, MAX_WINDOW, "MAX_WINDOW"),
+    "num_local_experts": (0, MAX_EXPERT_COUNT, "MAX_EXPERT_COUNT"),
+    "num_experts": (0, MAX_EXPERT_COUNT, "MAX_EXPERT_COUNT"),
+    "n_routed_experts": (0, MAX_EXPERT_COUNT, "MAX_EXPERT_COUNT"),
+    "n_shared_experts": (0, MAX_EXPERT_COUNT, "MAX_EXPERT_COUNT"),
+    "num_experts_per_tok": (0, MAX_EXPERT_COUNT, "MAX_EXPERT_COUNT"),
+    "kv_lora_rank": (0, MAX_HEAD_DIM, "MAX_HEAD_DIM"),
+    "q_lora_rank": (0, MAX_HEAD_DIM, "MAX_HEAD_DIM"),
+    "qk_rope_head_dim": (0, MAX_HEAD_DIM, "MAX_HEAD_DIM"),
+    "qk_nope_head_dim": (0, MAX_HEAD_DIM, "MAX_HEAD_DIM"),
+    "v_head_dim": (0, MAX_HEAD_DIM, "MAX_HEAD_DIM"),
+    "num_nextn_predict_layers": (0, MAX_BLOCK_COUNT, "MAX_BLOCK_COUNT"),
+}
 
 
 def load_geometry(explicit: Mapping[str, Any] | None, path: str | None, loader: Callable[[str], GGUFHeader], field_name: str) -> kv_law.ModelGeometry | None:
@@ -25,12 +65,94 @@ def load_geometry(explicit: Mapping[str, Any] | None, path: str | None, loader: 
     config = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if config.endswith(".json"):
         # A Hugging Face model directory (vLLM): the geometry is in its config.
+        data = read_hf_config(config, field_name)
         try:
-            with open(config, encoding="utf-8") as handle:
-                return kv_law.geometry_from_hf_config(json.load(handle), config)
-        except (OSError, ValueError) as exc:
-            raise ShapeError(f"{field_name}: cannot read the model's config {config}: {exc}") from None
+            return kv_law.geometry_from_hf_config(data, config)
+        except ValueError as exc:
+            raise ShapeError(f"{field_name}: {exc}") from None
     return kv_law.geometry_from_header(loader(path))
+
+
+def read_hf_config(config: str, field_name: str) -> dict[str, Any]:
+    """A Hugging Face config.json, read within MAX_CONFIG_BYTES and checked (check_hf_config)
+    before any of it sizes work: ShapeError names the field, the file and the key."""
+    try:
+        with open(config, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ShapeError(
+                    f"{field_name}: {config} is {size} bytes, above MAX_CONFIG_BYTES ({MAX_CONFIG_BYTES}); "
+                    f"a model's config.json is a few KiB: replace it with the model's own, or give {field_name}_geometry"
+                )
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ShapeError(f"{field_name}: cannot read the model's config {config}: {exc}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ShapeError(f"{field_name}: {config}: not JSON a budget can read (nested too deep); replace it with the model's own config.json") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+        raise ShapeError(f"{field_name}: {config}: not JSON ({exc}); replace it with the model's own config.json") from None
+    check_hf_config(data, config, field_name)
+    return data
+
+
+def check_hf_config(data: Any, config: str, field_name: str) -> None:
+    """Type-check and bound every count, dimension and list of a config.json the KV law reads
+    (and the usual expert and vocabulary counts), so a hostile or broken config is refused naming
+    its key and file, never priced as a million layers or a division by zero."""
+
+    def refuse(what: str) -> ShapeError:
+        fix = f"this is no config vLLM loads: replace it with the model's own config.json, or give {field_name}_geometry"
+        return ShapeError(f"{field_name}: {config}: {what}; {fix}")
+
+    if not isinstance(data, dict):
+        raise refuse(f"expected a JSON object, got a {type(data).__name__}")
+    nested = data.get("text_config")
+    if nested is not None and not isinstance(nested, dict):
+        raise refuse(f"text_config is a {type(nested).__name__}, expected a mapping (the language model's config)")
+    # As the KV law reads it: a multimodal config nests the language model's keys.
+    text, prefix = (nested, "text_config.") if nested else (data, "")
+    numbers: dict[str, int] = {}
+    for key, (low, high, bound) in _CONFIG_NUMBERS.items():
+        value = text.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise refuse(f"{prefix}{key} is {repr(value)[:40]}, expected a whole number in {low}-{high}")
+        if not low <= value <= high:
+            raise refuse(f"{prefix}{key} is {value}, outside {low}-{high} ({bound})")
+        numbers[key] = value
+    for key in ("num_hidden_layers", "num_attention_heads"):
+        if key not in numbers:
+            raise refuse(f"{prefix}{key} is missing; it is required to price the cache")
+    if not numbers.get("head_dim"):
+        if "hidden_size" not in numbers:
+            raise refuse(f"{prefix}hidden_size is missing; it is needed for the head dim when head_dim is absent")
+        if numbers["hidden_size"] // numbers["num_attention_heads"] < 1:
+            raise refuse(
+                f"{prefix}hidden_size {numbers['hidden_size']} over num_attention_heads {numbers['num_attention_heads']} is a head dim of 0 (give head_dim)"
+            )
+    n_layer = numbers["num_hidden_layers"]
+    kinds = text.get("layer_types")
+    if kinds:
+        if not isinstance(kinds, list):
+            raise refuse(f"{prefix}layer_types is a {type(kinds).__name__}, expected a list of {n_layer} layer kinds")
+        if len(kinds) != n_layer:
+            raise refuse(f"{prefix}layer_types has {len(kinds)} entries for {n_layer} layers (num_hidden_layers)")
+        for index, kind in enumerate(kinds):
+            if not isinstance(kind, str) or len(kind) > MAX_CONFIG_STRING:
+                raise refuse(f"{prefix}layer_types[{index}] is {repr(kind)[:40]}, expected a layer kind string")
+    architectures = data.get("architectures")
+    if architectures:
+        if not isinstance(architectures, list):
+            raise refuse(f"architectures is a {type(architectures).__name__}, expected a list of strings")
+        for index, name in enumerate(architectures):
+            if not isinstance(name, str) or len(name) > MAX_CONFIG_STRING:
+                raise refuse(f"architectures[{index}] is {repr(name)[:40]}, expected a string")
+    model_type = data.get("model_type")
+    if model_type is not None and (not isinstance(model_type, str) or len(model_type) > MAX_CONFIG_STRING):
+        raise refuse(f"model_type is {repr(model_type)[:40]}, expected a string")
 
 
 def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") -> kv_law.ModelGeometry:

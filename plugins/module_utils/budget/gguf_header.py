@@ -33,6 +33,16 @@ MAX_STRING_BYTES = 1 << 24  # one metadata string (a chat template is tens of Ki
 MAX_TENSOR_NAME_BYTES = 64  # GGML_MAX_NAME: llama.cpp refuses longer tensor names
 MAX_BLOCK_COUNT = KEEP_ARRAY_MAX  # blocks (published models have at most a few hundred)
 MAX_HEAD_COUNT = 4096  # attention heads per layer (published models have at most 128)
+MAX_HEAD_DIM = 1 << 16  # key/value length per head (published models have at most 512)
+MAX_EMBEDDING_LENGTH = 1 << 20  # hidden size (published models have at most about 20,000)
+MAX_CONTEXT_LENGTH = 1 << 30  # trained context (published models have at most about 10 million)
+MAX_WINDOW = 1 << 24  # sliding window (published models have at most a few thousand)
+MAX_EXPERT_COUNT = 1 << 16  # routed experts (published models have at most a few hundred)
+MAX_SSM_DIM = 1 << 20  # recurrent state sizes (published models have at most tens of thousands)
+MAX_SPLIT_COUNT = 99999  # split parts: the -NNNNN-of-NNNNN name holds five digits
+MAX_ALIGNMENT = 1 << 16  # general.alignment (llama.cpp writes 32)
+# The fix every metadata refusal names: no published model has such a header.
+FIX = "this is no model llama.cpp loads: fetch the model again from its source (the payload gate checks its digest)"
 
 # ggml type id -> (name, elements per block, bytes per block)
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -308,33 +318,131 @@ def _parse(path: str, buf: Any, file_size: int) -> GGUFHeader:
 
     tensors = _read_tensor_infos(cur, n_tensors)
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-        raise GGUFError(f"corrupt GGUF: general.alignment {alignment!r} is not a power of two")
+    if not _is_int(alignment) or not 0 < alignment <= MAX_ALIGNMENT or alignment & (alignment - 1):
+        raise _refuse(f"general.alignment {repr(alignment)[:60]} is not a power of two in 1-{MAX_ALIGNMENT} (MAX_ALIGNMENT)")
     data_offset = (cur.pos + alignment - 1) // alignment * alignment
     return GGUFHeader(path, version, metadata, tensors, data_offset, file_size, lengths)
 
 
-# Metadata counts that callers turn into per-block or per-head work, with their bounds.
-_COUNT_BOUNDS = {
-    ".block_count": ("MAX_BLOCK_COUNT", MAX_BLOCK_COUNT),
-    ".attention.head_count": ("MAX_HEAD_COUNT", MAX_HEAD_COUNT),
-    ".attention.head_count_kv": ("MAX_HEAD_COUNT", MAX_HEAD_COUNT),
+# Metadata numbers that callers read (the KV law, placement, read_model) or turn into per-block
+# work, keyed by the end of their key (any architecture, projectors' clip.vision.* too):
+# suffix -> (bound name, maximum, per-layer list allowed).
+_COUNT_BOUNDS: dict[str, tuple[str, int, bool]] = {
+    ".block_count": ("MAX_BLOCK_COUNT", MAX_BLOCK_COUNT, False),
+    ".leading_dense_block_count": ("MAX_BLOCK_COUNT", MAX_BLOCK_COUNT, False),
+    ".nextn_predict_layers": ("MAX_BLOCK_COUNT", MAX_BLOCK_COUNT, False),
+    ".full_attention_interval": ("MAX_BLOCK_COUNT", MAX_BLOCK_COUNT, False),
+    ".attention.head_count": ("MAX_HEAD_COUNT", MAX_HEAD_COUNT, True),
+    ".attention.head_count_kv": ("MAX_HEAD_COUNT", MAX_HEAD_COUNT, True),
+    ".attention.key_length": ("MAX_HEAD_DIM", MAX_HEAD_DIM, False),
+    ".attention.value_length": ("MAX_HEAD_DIM", MAX_HEAD_DIM, False),
+    ".attention.key_length_swa": ("MAX_HEAD_DIM", MAX_HEAD_DIM, False),
+    ".attention.value_length_swa": ("MAX_HEAD_DIM", MAX_HEAD_DIM, False),
+    ".attention.sliding_window": ("MAX_WINDOW", MAX_WINDOW, False),
+    ".embedding_length": ("MAX_EMBEDDING_LENGTH", MAX_EMBEDDING_LENGTH, False),
+    ".feed_forward_length": ("MAX_EMBEDDING_LENGTH x 64", MAX_EMBEDDING_LENGTH * 64, True),
+    ".expert_feed_forward_length": ("MAX_EMBEDDING_LENGTH x 64", MAX_EMBEDDING_LENGTH * 64, False),
+    ".context_length": ("MAX_CONTEXT_LENGTH", MAX_CONTEXT_LENGTH, False),
+    ".vocab_size": ("MAX_ARRAY_LENGTH", MAX_ARRAY_LENGTH, False),
+    ".expert_count": ("MAX_EXPERT_COUNT", MAX_EXPERT_COUNT, False),
+    ".expert_used_count": ("MAX_EXPERT_COUNT", MAX_EXPERT_COUNT, False),
+    ".expert_shared_count": ("MAX_EXPERT_COUNT", MAX_EXPERT_COUNT, False),
+    ".ssm.conv_kernel": ("MAX_HEAD_DIM", MAX_HEAD_DIM, False),
+    ".ssm.inner_size": ("MAX_SSM_DIM", MAX_SSM_DIM, False),
+    ".ssm.state_size": ("MAX_SSM_DIM", MAX_SSM_DIM, False),
+    ".ssm.time_step_rank": ("MAX_SSM_DIM", MAX_SSM_DIM, False),
+    ".ssm.group_count": ("MAX_HEAD_COUNT", MAX_HEAD_COUNT, False),
 }
+_PATTERN_SUFFIX = ".attention.sliding_window_pattern"  # a period, or one flag per block
+
+
+def _bound_for(key: str) -> tuple[str, int, bool] | None:
+    dot = key.find(".")
+    while dot >= 0:
+        bound = _COUNT_BOUNDS.get(key[dot:])
+        if bound is not None:
+            return bound
+        dot = key.find(".", dot + 1)
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _refuse(what: str) -> GGUFError:
+    return GGUFError(f"corrupt GGUF: {what}; {FIX}")
+
+
+def _check_integer(key: str, value: Any, name: str, limit: int, shown: Any = None) -> None:
+    if not _is_int(value):
+        raise _refuse(f"{key} is {repr(value if shown is None else shown)[:60]}, expected an integer in 0-{limit} ({name})")
+    if not 0 <= value <= limit:
+        raise _refuse(f"{key} is {value}, outside 0-{limit} ({name})")
+
+
+def _check_per_layer(metadata: dict[str, Any], key: str, length: int, suffix: str) -> None:
+    """A per-layer array must have one entry per block of its own architecture."""
+    blocks_key = key[: -len(suffix)] + ".block_count"
+    blocks = metadata.get(blocks_key)
+    if _is_int(blocks) and length != blocks:
+        raise _refuse(f"{key} has {length} entries for {blocks} blocks ({blocks_key})")
 
 
 def _check_model_counts(metadata: dict[str, Any]) -> None:
-    """Refuse block and head counts no model has: budget builds one entry per block, so an
-    unchecked block_count of 4,000,000 in a 295-byte file costs hundreds of MiB and seconds."""
-    for key, value in metadata.items():
-        bound = next((b for suffix, b in _COUNT_BOUNDS.items() if key.endswith(suffix)), None)
+    """Type-check and bound every number the budget and read_model take from the header: budget
+    builds one entry per block, so an unchecked block_count of 4,000,000 in a 295-byte file costs
+    hundreds of MiB and seconds, and a string, a list or a short per-layer array ends as a Python
+    error naming nothing."""
+    architecture = metadata.get("general.architecture")
+    if architecture is not None and not isinstance(architecture, str):
+        raise _refuse(f"general.architecture is {repr(architecture)[:60]}, expected a string")
+    # Block counts first, so per-layer arrays are checked against a valid one whatever the key order.
+    ordered = sorted(metadata, key=lambda k: not k.endswith(".block_count"))
+    for key in ordered:
+        value = metadata[key]
+        if key.endswith(_PATTERN_SUFFIX):
+            if isinstance(value, list):
+                for index, flag in enumerate(value):
+                    if not isinstance(flag, bool) and flag not in (0, 1):
+                        raise _refuse(f"{key}[{index}] is {repr(flag)[:60]}, expected a boolean (one per block)")
+                _check_per_layer(metadata, key, len(value), _PATTERN_SUFFIX)
+            else:
+                _check_integer(key, value, "MAX_BLOCK_COUNT", MAX_BLOCK_COUNT)
+            continue
+        bound = _bound_for(key)
         if bound is None:
             continue
-        name, limit = bound
-        for count in value if isinstance(value, list) else [value]:
-            if isinstance(count, bool) or not isinstance(count, int):
-                raise GGUFError(f"corrupt GGUF: {key} is {value!r}, expected an integer count in 0-{limit} ({name})")
-            if not 0 <= count <= limit:
-                raise GGUFError(f"corrupt GGUF: {key} is {count}, outside 0-{limit} ({name})")
+        name, limit, per_layer = bound
+        if per_layer and isinstance(value, list):
+            for count in value:
+                _check_integer(key, count, name, limit, shown=value)
+            suffix = next(s for s in _COUNT_BOUNDS if key.endswith(s))
+            _check_per_layer(metadata, key, len(value), suffix)
+        else:
+            _check_integer(key, value, name, limit)
+    for key in [k for k in metadata if k.endswith(".expert_used_count")]:
+        experts_key = key[: -len("_used_count")] + "_count"
+        experts = metadata.get(experts_key)
+        if _is_int(experts) and metadata[key] > experts:
+            raise _refuse(f"{key} is {metadata[key]}, more than {experts_key} ({experts})")
+    _check_split_keys(metadata)
+
+
+def _check_split_keys(metadata: dict[str, Any]) -> None:
+    """split.count, split.no and split.tensors.count: read_model and the payload gate's whole-set
+    check build part names and compare counts from them."""
+    count = metadata.get("split.count")
+    if count is not None:
+        _check_integer("split.count", count, "MAX_SPLIT_COUNT", MAX_SPLIT_COUNT)
+    number = metadata.get("split.no")
+    if number is not None:
+        _check_integer("split.no", number, "MAX_SPLIT_COUNT", MAX_SPLIT_COUNT)
+        if count and number >= count:
+            raise _refuse(f"split.no is {number}, outside 0-{count - 1} (split.count {count})")
+    tensors = metadata.get("split.tensors.count")
+    if tensors is not None:
+        _check_integer("split.tensors.count", tensors, "MAX_TENSOR_COUNT", MAX_TENSOR_COUNT)
 
 
 def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:

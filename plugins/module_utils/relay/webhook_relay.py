@@ -17,6 +17,10 @@ What it does with a POST /webhook (JSON {"message": "...", "title": "..."}):
   sent while the relay stops may be sent twice);
 - signal-cli failing (non-zero exit, or a result other than SUCCESS) or hanging (killed after
   send_timeout seconds) is one log line; the message moves to spool/failed/ and the next one goes.
+- a slow client is bounded per request, not per read: the whole request (request line, headers and
+  body) must arrive within request_deadline seconds (default 10) or the connection is closed (408
+  when the body was late); one source address holds at most max_connections_per_source (default 8)
+  of the max_connections (default 32) connections, so a few slow sockets cannot fill the relay.
 GET /health answers 200 with the counters.
 """
 
@@ -26,12 +30,14 @@ import argparse
 import collections
 import contextlib
 import http.server
+import io
 import itertools
 import json
 import logging
 import os
 import queue
 import re
+import socket
 import socketserver
 import subprocess
 import sys
@@ -233,6 +239,8 @@ class Config:
     max_body_bytes: int = 65536
     send_timeout: float = 60.0
     max_connections: int = 32
+    max_connections_per_source: int = 8
+    request_deadline: float = 10.0
     counters: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "delivered": 0, "failed": 0, "refused": 0})
 
 
@@ -246,10 +254,14 @@ def load_config(data: dict[str, Any]) -> Config:
     if unknown:
         raise ConfigError(f"unknown keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     config = Config(**data)
-    for key in ("port", "queue_size", "rate_per_minute", "max_body_bytes", "max_connections"):
+    for key in ("port", "queue_size", "rate_per_minute", "max_body_bytes", "max_connections", "max_connections_per_source"):
         value = getattr(config, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{key}: {value!r} must be a positive integer")
+    for key in ("send_timeout", "request_deadline"):
+        value = getattr(config, key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 3600:
+            raise ConfigError(f"{key}: {value!r} must be a number of seconds in (0, 3600]")
     if config.port > 65535:
         raise ConfigError(f"port: {config.port} is not a TCP port (1-65535)")
     if not os.path.isabs(config.signal_cli):
@@ -288,6 +300,8 @@ class Relay:
             text = parse_webhook(read(size))
         except BadWebhook as exc:
             return exc.status, exc.reason
+        except TimeoutError as exc:  # the request's deadline passed while its body trickled in
+            return 408, f"body not received: {exc}"
         if not self.spool.put(text, source):
             return 503, f"queue full ({self.config.queue_size} messages waiting for signal-cli)"
         return 202, "queued"
@@ -318,20 +332,60 @@ class Relay:
         return {"status": "ok", "queued": self.spool.pending(), **self.config.counters}
 
 
+class DeadlineReader(io.RawIOBase):
+    """A socket's reads bounded by one deadline per request, not per read: each read waits at
+    most the time left, so a client sending a byte every few seconds is cut when the deadline
+    passes (socketserver's timeout alone restarts with every byte)."""
+
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
+        super().__init__()
+        self.sock, self.seconds = sock, seconds
+        self.deadline = time.monotonic() + seconds
+
+    def start(self) -> None:
+        self.deadline = time.monotonic() + self.seconds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"not received within the {self.seconds:g}-second request_deadline")
+        self.sock.settimeout(left)
+        try:
+            return self.sock.recv_into(buffer)
+        except TimeoutError:
+            raise TimeoutError(f"not received within the {self.seconds:g}-second request_deadline") from None
+
+
 def make_handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "llm-fleet-webhook-relay"
-        # A client that stops sending mid-body is dropped after this many seconds.
-        timeout = 10
+        # Reads are bounded by the request's deadline (DeadlineReader); writes by this many seconds.
+        timeout = relay.config.request_deadline
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # the socket's own file; the deadline reader takes its place
+            self._reader = DeadlineReader(self.connection, relay.config.request_deadline)
+            self.rfile = io.BufferedReader(self._reader)
+
+        def handle_one_request(self) -> None:
+            # The deadline counts from the moment the relay waits for a request, so an idle
+            # kept-alive connection is bounded too.
+            self._reader.start()
+            super().handle_one_request()
 
         def _answer(self, status: int, payload: dict[str, Any]) -> None:
+            self.connection.settimeout(relay.config.request_deadline)  # the reads left it at their remainder
             body = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             if status == 429:
                 self.send_header("Retry-After", "60")
-            if status in (400, 411, 413):
+            if status in (400, 408, 411, 413):
                 self.send_header("Connection", "close")
                 self.close_connection = True
             self.end_headers()
@@ -356,32 +410,55 @@ def make_handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:  # the base class's parameter name
             # Request lines are logged by do_POST with the outcome; this keeps the server's own errors.
-            if "code 400" in format % args or "timed out" in format % args:
-                LOG.warning("%s: %s", self.client_address[0], format % args)
+            text = format % args
+            if "code 400" in text or "timed out" in text or "request_deadline" in text:
+                LOG.warning("%s: %s", self.client_address[0], text)
 
     return Handler
 
 
 class BoundedServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    """A thread per connection, at most `max_connections` at once: a flood is refused, not queued."""
+    """A thread per connection, at most `max_connections` at once and at most `max_per_source`
+    from one source address: a flood is refused, not queued, and one source cannot take every slot."""
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler: type, max_connections: int) -> None:
+    def __init__(self, address: tuple[str, int], handler: type, max_connections: int, max_per_source: int | None = None) -> None:
         self._slots = threading.BoundedSemaphore(max_connections)
+        self.max_per_source = max_per_source or max_connections
+        self._per_source: dict[str, int] = {}
+        self._sources_lock = threading.Lock()
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        source = client_address[0]
+        with self._sources_lock:
+            open_here = self._per_source.get(source, 0)
+            if open_here >= self.max_per_source:
+                LOG.warning("connection from %s closed: %d connections from it already open (max_connections_per_source)", source, open_here)
+                self.shutdown_request(request)
+                return
+            self._per_source[source] = open_here + 1
         if not self._slots.acquire(blocking=False):
-            LOG.warning("connection from %s closed: %s connections already open", client_address[0], self._slots._initial_value)
+            self._leave(source)
+            LOG.warning("connection from %s closed: %s connections already open", source, self._slots._initial_value)
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
+
+    def _leave(self, source: str) -> None:
+        with self._sources_lock:
+            left = self._per_source.get(source, 1) - 1
+            if left > 0:
+                self._per_source[source] = left
+            else:
+                self._per_source.pop(source, None)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self._leave(client_address[0])
             self._slots.release()
 
 
@@ -389,7 +466,7 @@ def serve(config: Config) -> None:
     relay = Relay(config)
     worker = threading.Thread(target=relay.drain, name="signal-cli", daemon=True)
     worker.start()
-    server = BoundedServer((config.bind, config.port), make_handler(relay), config.max_connections)
+    server = BoundedServer((config.bind, config.port), make_handler(relay), config.max_connections, config.max_connections_per_source)
     LOG.info("listening on %s:%d, sending as %s to %d recipients", config.bind, config.port, config.account, len(config.recipients))
     try:
         server.serve_forever()
