@@ -9,6 +9,7 @@ import pytest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import MAX_CONFIG_BYTES, load_geometry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_model
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 # The lab's tiny vLLM model (lab/make_tiny_hf.py), trimmed to what the geometry reads.
@@ -111,3 +112,20 @@ def test_a_config_over_the_byte_bound_is_refused_unread(tmp_path):
         handle.truncate(MAX_CONFIG_BYTES + 1)
     with pytest.raises(ShapeError, match=rf"config\.json is {MAX_CONFIG_BYTES + 1} bytes, above MAX_CONFIG_BYTES \({MAX_CONFIG_BYTES}\)"):
         _geometry(str(tmp_path))
+
+
+def test_the_attention_rule_reads_the_config_through_the_same_checks(tmp_path):
+    """With model_geometry given, the KV-dtype rule is the only reader of config.json (for MLA):
+    a hostile one is refused naming the file, never an AttributeError."""
+    model = _model(tmp_path, text="[1, 2, 3]")
+    shape = {
+        "runtime": "vllm",
+        "model_file": ".",
+        "port": 7770,
+        "max_model_len": 4096,
+        "kv_cache_dtype": "fp8",
+        "kv_cache_memory_bytes": "1 GiB",
+        "model_geometry": {"architecture": "x", "n_layer": 2, "n_head_kv": 2, "head_dim_k": 64, "head_dim_v": 64},
+    }
+    with pytest.raises(ShapeError, match=r"config\.json"):
+        price_shape(shape, [{"name": "gpu0", "memory": "8 GiB", "arch": "gfx1201"}], payload_dir=str(model))

@@ -13,10 +13,10 @@ Each rule is one the fleet's history proves (shared/seeds, named beside the rule
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import read_hf_config
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import ModelGeometry
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import DeviceLedger, Verdict
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape
@@ -51,13 +51,11 @@ def attention_kind(shape: Shape, model_path: str | None) -> str | None:
     explicit = (shape.model_geometry or {}).get("attention")
     if explicit:
         return str(explicit)
-    if not model_path or not os.path.isdir(model_path):
+    config_path = os.path.join(model_path, "config.json") if model_path else ""
+    if not config_path or not os.path.isfile(config_path):
         return None
-    try:
-        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (OSError, ValueError):
-        return None
+    # The one bounded, checked reader (a hostile config names its key and file, never a Python error).
+    config = read_hf_config(config_path, "model_file")
     text = config.get("text_config") or config
     if not text.get("kv_lora_rank"):
         return None
