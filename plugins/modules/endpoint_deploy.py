@@ -238,21 +238,19 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import DEPLOY_OPTIONS, argument_spec
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "engine": {"type": "dict", "options": ENGINE_OPTIONS},
-            "unit": {"type": "dict", "required": True, "options": UNIT_OPTIONS},
+            **argument_spec(DEPLOY_OPTIONS),  # engine, unit and probe
             "api_key": {"type": "str", "default": "", "no_log": True},
             "firewall": {
                 "type": "dict",
                 "options": {"port": {"type": "int", "required": True}, "networks": {"type": "list", "elements": "str", "required": True}},
             },
             "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-            "probe": {"type": "dict", "options": PROBE_OPTIONS},
             "shape": {"type": "dict", "default": {}},
             "record_dir": {"type": "path", "required": True},
             "rollback": {"type": "bool", "default": True},

@@ -38,11 +38,11 @@ completion:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report, run_probe
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import PROBE_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import PROBE_OPTIONS, argument_spec
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=PROBE_OPTIONS, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(PROBE_OPTIONS), supports_check_mode=True)
     report(module, lambda: {"changed": False, "completion": run_probe(module.params)})
 
 

@@ -93,11 +93,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine, report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, argument_spec
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ENGINE_OPTIONS, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(ENGINE_OPTIONS), supports_check_mode=True)
     if module.params["state"] == "absent":
         report(module, lambda: remove_engine(module.params, Host(module.run_command, module.check_mode)))
     else:

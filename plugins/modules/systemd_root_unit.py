@@ -113,13 +113,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit, report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS, argument_spec
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, unit_paths
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=UNIT_OPTIONS,
+        argument_spec=argument_spec(UNIT_OPTIONS),
         required_if=[("state", "started", ["command"]), ("state", "stopped", ["command"])],
         supports_check_mode=True,
     )
