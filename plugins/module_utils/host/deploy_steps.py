@@ -42,18 +42,11 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit 
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, UnitManager, boottime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 # Every container setting but the environment, which arrives merged with the secrets.
 ENGINE_KEYS = tuple(f.name for f in fields(EngineContainer) if f.name != "environment")
 CHOWN = "/usr/bin/chown"
-
-
-class StepError(RuntimeError):
-    """A step refused; `result` holds what the module reports with the failure."""
-
-    def __init__(self, message: str, result: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 def report(module: Any, step: Callable[[], dict[str, Any]]) -> None:
