@@ -233,17 +233,14 @@ restored:
   type: bool
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import DEPLOY_OPTIONS, argument_spec
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             **argument_spec(DEPLOY_OPTIONS),  # engine, unit and probe
             "api_key": {"type": "str", "default": "", "no_log": True},
             "firewall": {
@@ -269,9 +266,8 @@ def main() -> None:
                 },
             },
         },
-        supports_check_mode=True,
+        lambda call: deploy_endpoint(call.params, call.host, call.diff),
     )
-    report(module, lambda: deploy_endpoint(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":
