@@ -92,16 +92,31 @@ comparison:
     agree: true
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import boot_record, load_boots, store_boot
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import compare_boot, parse_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
+
+
+def calibrate(call: ModuleCall) -> dict:
+    p = call.params
+    try:
+        shape = parse_shape(p["shape"], p["endpoint"])
+    except ShapeError as exc:
+        raise StepError(f"shape is invalid: {exc}", {}) from None
+    record = boot_record(p["endpoint"], p["host"], shape, p["geometry_key"], p["model_geometry"], p["ledger"], p["pool_bytes"], p["recorded_at"])
+    try:
+        path, changed = store_boot(p["store_dir"], record, call.check_mode)
+        boots = load_boots(p["store_dir"], p["endpoint"])
+    except (OSError, ValueError) as exc:
+        raise StepError(f"store_dir: cannot write the calibration store {p['store_dir']}: {exc}", {}) from None
+    return {"changed": changed, "path": path, "comparison": compare_boot(record, boots)}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             "store_dir": {"type": "path", "required": True},
             "endpoint": {"type": "str", "required": True},
             "host": {"type": "str", "required": True},
@@ -112,20 +127,8 @@ def main() -> None:
             "ledger": {"type": "dict", "required": True},
             "recorded_at": {"type": "str", "required": True},
         },
-        supports_check_mode=True,
+        calibrate,
     )
-    p = module.params
-    try:
-        shape = parse_shape(p["shape"], p["endpoint"])
-    except ShapeError as exc:
-        module.fail_json(msg=f"shape is invalid: {exc}")
-    record = boot_record(p["endpoint"], p["host"], shape, p["geometry_key"], p["model_geometry"], p["ledger"], p["pool_bytes"], p["recorded_at"])
-    try:
-        path, changed = store_boot(p["store_dir"], record, module.check_mode)
-        boots = load_boots(p["store_dir"], p["endpoint"])
-    except (OSError, ValueError) as exc:
-        module.fail_json(msg=f"store_dir: cannot write the calibration store {p['store_dir']}: {exc}")
-    module.exit_json(changed=changed, path=path, comparison=compare_boot(record, boots))
 
 
 if __name__ == "__main__":

@@ -168,7 +168,7 @@ report:
 
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.browser.gate import (
     DEFAULT_CHROMIUM,
@@ -181,6 +181,8 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.browser.gate impor
     GateOptions,
     run_gate,
 )
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True},
@@ -217,16 +219,15 @@ def options_from(params: dict) -> GateOptions:
     )
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+def gate(call: ModuleCall) -> dict:
     if not HAS_PLAYWRIGHT:
-        module.fail_json(msg=missing_required_lib("playwright", reason=MISSING_PLAYWRIGHT), exception=PLAYWRIGHT_IMPORT_ERROR)
+        raise StepError(missing_required_lib("playwright", reason=MISSING_PLAYWRIGHT), {"exception": PLAYWRIGHT_IMPORT_ERROR})
     try:
-        report = run_gate(options_from(module.params))
-    except GateError as exc:
-        module.fail_json(msg=str(exc))
+        report = run_gate(options_from(call.params))
+    except GateError:
+        raise
     except Exception as exc:  # Chromium failed to start or died: the gate did not run, say why
-        module.fail_json(msg=f"the browser gate did not run: {exc}", exception=traceback.format_exc())
+        raise StepError(f"the browser gate did not run: {exc}", {"exception": traceback.format_exc()}) from None
     summary = report.as_dict()
     result = {
         "changed": False,
@@ -238,8 +239,12 @@ def main() -> None:
     }
     if not report.ok:
         failing = "; ".join(f"{link.url}: {', '.join(link.reasons)}" for link in report.failed[:10])
-        module.fail_json(msg=f"browser gate: {len(report.failed)} of {len(report.links)} links fail: {failing} (report: {report.report_path})", **result)
-    module.exit_json(msg=f"browser gate: all {len(report.links)} links pass ({summary['home_reissues']} re-issued ways home)", **result)
+        raise StepError(f"browser gate: {len(report.failed)} of {len(report.links)} links fail: {failing} (report: {report.report_path})", result)
+    return {"msg": f"browser gate: all {len(report.links)} links pass ({summary['home_reissues']} re-issued ways home)", **result}
+
+
+def main() -> None:
+    run_module(ARGUMENT_SPEC, gate, errors=(GateError,))
 
 
 if __name__ == "__main__":

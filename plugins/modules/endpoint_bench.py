@@ -107,18 +107,39 @@ probe:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, run_bench
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import ProbeError, run_capacity_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 THINKING = {"default": None, "on": True, "off": False}
 
 
+def bench(call: ModuleCall) -> dict:
+    p = call.params
+    if call.check_mode:
+        return {"changed": False, "msg": "check mode: nothing sent"}
+    endpoint = Endpoint(p["url"], p["api_key"])
+    arms = [
+        Arm(p["name"] if mode == "default" else f"{p['name']}/thinking-{mode}", endpoint, p["model"], THINKING[mode], p["extra_body"]) for mode in p["thinking"]
+    ]
+    result = {}
+    try:
+        result["bench"] = run_bench(arms, max_tokens=p["max_tokens"], burst=p["burst"], timeout=p["timeout"]).as_dict()
+        if p["probe"]:
+            result["probe"] = run_capacity_probe(endpoint, p["model"], p["parallel"], p["depths"], timeout=p["timeout"])
+    except (ApiError, ProbeError, ValueError) as exc:
+        raise StepError(f"measuring {p['url']} failed: {exc}", result) from None
+    warnings = result["bench"]["warnings"]
+    if warnings and not p["allow_warnings"]:
+        raise StepError(f"{len(warnings)} bench job(s) came back wrong: " + "; ".join(warnings[:3]), result)
+    return {"changed": False, **result, "warnings": warnings}
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             "url": {"type": "str", "required": True},
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
@@ -133,28 +154,8 @@ def main() -> None:
             "timeout": {"type": "float", "default": 600},
             "allow_warnings": {"type": "bool", "default": False},
         },
-        supports_check_mode=True,
+        bench,
     )
-    p = module.params
-    if module.check_mode:
-        module.exit_json(changed=False, msg="check mode: nothing sent")
-    endpoint = Endpoint(p["url"], p["api_key"])
-    arms = [
-        Arm(p["name"] if mode == "default" else f"{p['name']}/thinking-{mode}", endpoint, p["model"], THINKING[mode], p["extra_body"]) for mode in p["thinking"]
-    ]
-    result = {}
-    try:
-        result["bench"] = run_bench(arms, max_tokens=p["max_tokens"], burst=p["burst"], timeout=p["timeout"]).as_dict()
-        if p["probe"]:
-            result["probe"] = run_capacity_probe(endpoint, p["model"], p["parallel"], p["depths"], timeout=p["timeout"])
-    except (ApiError, ProbeError, ValueError) as exc:
-        module.fail_json(msg=f"measuring {p['url']} failed: {exc}", **result)
-    warnings = result["bench"]["warnings"]
-    if warnings and not p["allow_warnings"]:
-        module.fail_json(msg=f"{len(warnings)} bench job(s) came back wrong: " + "; ".join(warnings[:3]), **result)
-    for warning in warnings:
-        module.warn(warning)
-    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

@@ -233,26 +233,21 @@ restored:
   type: bool
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import DEPLOY_OPTIONS, argument_spec
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "engine": {"type": "dict", "options": ENGINE_OPTIONS},
-            "unit": {"type": "dict", "required": True, "options": UNIT_OPTIONS},
+    run_module(
+        {
+            **argument_spec(DEPLOY_OPTIONS),  # engine, unit and probe
             "api_key": {"type": "str", "default": "", "no_log": True},
             "firewall": {
                 "type": "dict",
                 "options": {"port": {"type": "int", "required": True}, "networks": {"type": "list", "elements": "str", "required": True}},
             },
             "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-            "probe": {"type": "dict", "options": PROBE_OPTIONS},
             "shape": {"type": "dict", "default": {}},
             "record_dir": {"type": "path", "required": True},
             "rollback": {"type": "bool", "default": True},
@@ -271,9 +266,8 @@ def main() -> None:
                 },
             },
         },
-        supports_check_mode=True,
+        lambda call: deploy_endpoint(call.params, call.host, call.diff),
     )
-    report(module, lambda: deploy_endpoint(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

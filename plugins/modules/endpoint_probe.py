@@ -35,15 +35,13 @@ completion:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report, run_probe
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import PROBE_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import run_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import PROBE_OPTIONS, argument_spec
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=PROBE_OPTIONS, supports_check_mode=True)
-    report(module, lambda: {"changed": False, "completion": run_probe(module.params)})
+    run_module(argument_spec(PROBE_OPTIONS), lambda call: {"changed": False, "completion": run_probe(call.params)})
 
 
 if __name__ == "__main__":

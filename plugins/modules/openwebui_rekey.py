@@ -99,14 +99,21 @@ renames:
       elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.frank.llm_fleet.plugins.module_utils.clients.openwebui import RekeyError, apply_rekey, parse_renames
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
+
+
+def rekey(call: ModuleCall) -> dict:
+    result = apply_rekey(call.params["db"], parse_renames(call.params["renames"]), backup=call.params["backup"], check_mode=call.check_mode)
+    output = {"changed": result.changed, "backup": result.backup, "renames": result.renames}
+    if call.diff and result.diff:
+        output["diff"] = result.diff
+    return output
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             "db": {"type": "path", "required": True},
             "renames": {
                 "type": "list",
@@ -116,16 +123,9 @@ def main() -> None:
             },
             "backup": {"type": "bool", "default": True},
         },
-        supports_check_mode=True,
+        rekey,
+        errors=(RekeyError,),
     )
-    try:
-        result = apply_rekey(module.params["db"], parse_renames(module.params["renames"]), backup=module.params["backup"], check_mode=module.check_mode)
-    except RekeyError as exc:
-        module.fail_json(msg=str(exc))
-    output = {"changed": result.changed, "backup": result.backup, "renames": result.renames}
-    if module._diff and result.diff:
-        output["diff"] = result.diff
-    module.exit_json(**output)
 
 
 if __name__ == "__main__":

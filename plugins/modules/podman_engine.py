@@ -89,19 +89,19 @@ env_changed:
   type: bool
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, argument_spec
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine, report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS
+
+def engine(call: ModuleCall) -> dict:
+    if call.params["state"] == "absent":
+        return remove_engine(call.params, call.host)
+    return ensure_engine(call.params, call.host, call.diff)
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ENGINE_OPTIONS, supports_check_mode=True)
-    if module.params["state"] == "absent":
-        report(module, lambda: remove_engine(module.params, Host(module.run_command, module.check_mode)))
-    else:
-        report(module, lambda: ensure_engine(module.params, Host(module.run_command, module.check_mode), module._diff))
+    run_module(argument_spec(ENGINE_OPTIONS), engine)
 
 
 if __name__ == "__main__":

@@ -73,16 +73,27 @@ table:
   sample: llm_fleet_webhook_relay
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, ensure_firewall, service_firewall, table_name
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
+
+
+def firewall(call: ModuleCall) -> dict:
+    params = call.params
+    rules = None
+    if params["state"] == "present":
+        try:
+            rules = service_firewall(params["name"], params["port"], params["networks"], params["variable"])
+        except PolicyError as exc:
+            raise StepError(str(exc), {"changed": False}) from None
+    result = ensure_firewall(params["name"], rules, call.host, call.diff, params["directory"])
+    result.pop("pre_start", None)
+    return {**result, "table": table_name(params["name"])}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             "name": {"type": "str", "required": True},
             "port": {"type": "int"},
             "networks": {"type": "list", "elements": "str", "default": []},
@@ -90,24 +101,9 @@ def main() -> None:
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "directory": {"type": "path", "default": "/etc/llm-fleet"},
         },
+        firewall,
         required_if=[("state", "present", ["port"])],
-        supports_check_mode=True,
     )
-    params = module.params
-    host = Host(module.run_command, module.check_mode)
-
-    def step() -> dict:
-        firewall = None
-        if params["state"] == "present":
-            try:
-                firewall = service_firewall(params["name"], params["port"], params["networks"], params["variable"])
-            except PolicyError as exc:
-                raise StepError(str(exc), {"changed": False}) from None
-        result = ensure_firewall(params["name"], firewall, host, module._diff, params["directory"])
-        result.pop("pre_start", None)
-        return {**result, "table": table_name(params["name"])}
-
-    report(module, step)
 
 
 if __name__ == "__main__":

@@ -93,16 +93,13 @@ placeholders:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.settings_render import SEARXNG_ALLOWED, ensure_rendered
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             "content": {"type": "str", "required": True},
             "dest": {"type": "path", "required": True},
             "values": {"type": "dict", "default": {}, "no_log": True},
@@ -110,9 +107,8 @@ def main() -> None:
             "owner": {"type": "str", "default": ""},
             "group": {"type": "str", "default": ""},
         },
-        supports_check_mode=True,
+        lambda call: ensure_rendered(call.params, call.host),
     )
-    report(module, lambda: ensure_rendered(module.params, Host(module.run_command, module.check_mode)))
 
 
 if __name__ == "__main__":

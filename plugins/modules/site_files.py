@@ -63,23 +63,19 @@ written:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.site_files import ensure_site
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             "dest": {"type": "path", "required": True},
             "files": {"type": "dict", "required": True},
             "mode": {"type": "str", "default": "0644"},
         },
-        supports_check_mode=True,
+        lambda call: ensure_site(call.params, call.host, call.diff),
     )
-    report(module, lambda: ensure_site(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

@@ -109,29 +109,26 @@ elapsed:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit, report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS, argument_spec
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, unit_paths
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
+
+
+def unit(call: ModuleCall) -> dict:
+    try:
+        # Every state reads or writes only these two paths; a name that is a path fails first.
+        unit_paths(call.params["name"], call.params["unit_dir"], call.params["env_dir"])
+    except UnitError as exc:
+        raise StepError(str(exc), {"changed": False}) from None
+    if call.params["state"] == "absent":
+        return remove_unit(call.params, call.host)
+    return ensure_unit(call.params, call.host, call.diff)
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=UNIT_OPTIONS,
-        required_if=[("state", "started", ["command"]), ("state", "stopped", ["command"])],
-        supports_check_mode=True,
-    )
-    try:
-        # Every state reads or writes only these two paths; a name that is a path fails first.
-        unit_paths(module.params["name"], module.params["unit_dir"], module.params["env_dir"])
-    except UnitError as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    if module.params["state"] == "absent":
-        report(module, lambda: remove_unit(module.params, Host(module.run_command, module.check_mode)))
-    else:
-        report(module, lambda: ensure_unit(module.params, Host(module.run_command, module.check_mode), module._diff))
+    run_module(argument_spec(UNIT_OPTIONS), unit, required_if=[("state", "started", ["command"]), ("state", "stopped", ["command"])])
 
 
 if __name__ == "__main__":

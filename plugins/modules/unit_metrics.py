@@ -73,24 +73,20 @@ actions:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import LIB_DIR, TEXTFILE_DIR, UNIT_DIR, ensure_unit_metrics
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             "units": {"type": "list", "elements": "str", "required": True},
             "textfile_dir": {"type": "str", "default": TEXTFILE_DIR},
             "unit_dir": {"type": "str", "default": UNIT_DIR},
             "lib_dir": {"type": "str", "default": LIB_DIR},
         },
-        supports_check_mode=True,
+        lambda call: ensure_unit_metrics(call.params, call.host, call.diff),
     )
-    report(module, lambda: ensure_unit_metrics(module.params, Host(module.run_command, module.check_mode), module._diff))
 
 
 if __name__ == "__main__":

@@ -172,35 +172,38 @@ table:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
+
+
+def budget(call: ModuleCall) -> dict:
+    try:
+        result = price_shape(call.params["shape"], call.params["devices"], call.params["payload_dir"], boots=call.params["boots"])
+    except (ShapeError, GGUFError, OSError) as exc:
+        raise StepError(f"shape is invalid: {exc}", {}) from None
+    report = result.as_dict()
+    report["table"] = render_table(result)
+    if not result.fits and not call.params["report_only"]:
+        reasons = "; ".join(v.message for v in result.failures)
+        raise StepError(f"shape does not fit: {reasons}", {"changed": False, **report})
+    return {"changed": False, **report}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
+    run_module(
+        {
             "shape": {"type": "dict", "required": True},
             "devices": {"type": "list", "elements": "dict", "required": True},
             "payload_dir": {"type": "path"},
             "report_only": {"type": "bool", "default": False},
             "boots": {"type": "list", "elements": "dict", "default": []},
         },
-        supports_check_mode=True,
+        budget,
     )
-    try:
-        result = price_shape(module.params["shape"], module.params["devices"], module.params["payload_dir"], boots=module.params["boots"])
-    except (ShapeError, GGUFError, OSError) as exc:
-        module.fail_json(msg=f"shape is invalid: {exc}")
-    report = result.as_dict()
-    report["table"] = render_table(result)
-    if not result.fits and not module.params["report_only"]:
-        reasons = "; ".join(v.message for v in result.failures)
-        module.fail_json(msg=f"shape does not fit: {reasons}", changed=False, **report)
-    module.exit_json(changed=False, **report)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ BUDGET_RULES = {
 # llama.cpp's own KV figures (the `llama_kv_cache` / KV buffer lines) and the law's names for them.
 LLAMACPP_KV_FIGURES = {"kv_buffer": "total_bytes", "kv_k": "k_bytes", "kv_v": "v_bytes", "kv_bytes_per_token": "bytes_per_token_full", "kv_cells": "n_ctx"}
 # Rules a pre-deploy gate can know, but from the engine command line's known-bad shapes
-# (host/engine_argv.py), not from memory arithmetic.
+# (runtimes/llamacpp.py), not from memory arithmetic.
 ARGV_RULES = {"compile_seqs2", "spec_chain", "draft_depth"}
 # Failure rules the typed shape itself refuses (shape/model.py), and the field its error names.
 SHAPE_RULES = {"kv_dtype_illegal": "kv_cache_dtype", "spec_chain": "spec_type: ", "draft_depth": "draft_max: "}

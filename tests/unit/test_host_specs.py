@@ -1,12 +1,30 @@
-"""The host modules' option specs (host/specs.py) and their documentation (doc_fragments/host_options.py)."""
+"""The host modules' option specs (host/specs.py) and the documentation generated from them
+(doc_fragments/host_options.py, written by scripts/gen_host_docs.py)."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from ansible_collections.frank.llm_fleet.plugins.doc_fragments.host_options import ModuleDocFragment
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS, with_defaults
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import (
+    DEPLOY_OPTIONS,
+    ENGINE_OPTIONS,
+    PROBE_OPTIONS,
+    UNIT_OPTIONS,
+    argument_spec,
+    with_defaults,
+)
 
+ROOT = Path(__file__).resolve().parents[2]
 SPEC_KEYS = ("type", "required", "default", "choices", "elements")
+
+
+def test_the_doc_fragment_is_current():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_host_docs.py"), "--check"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr  # names the command that regenerates it
 
 
 def spec_of(documented):
@@ -24,17 +42,18 @@ def without_no_log(spec):
     return {name: {k: (without_no_log(v) if k == "options" else v) for k, v in option.items() if k != "no_log"} for name, option in spec.items()}
 
 
-@pytest.mark.parametrize(("fragment", "spec"), [("ENGINE", ENGINE_OPTIONS), ("UNIT", UNIT_OPTIONS), ("PROBE", PROBE_OPTIONS)])
-def test_each_shared_spec_equals_its_documented_form(fragment, spec):
+@pytest.mark.parametrize(("fragment", "options"), [("ENGINE", ENGINE_OPTIONS), ("UNIT", UNIT_OPTIONS), ("PROBE", PROBE_OPTIONS), ("DEPLOY", DEPLOY_OPTIONS)])
+def test_each_fragment_documents_the_argument_spec_the_modules_take(fragment, options):
     documented = yaml.safe_load(getattr(ModuleDocFragment, fragment))["options"]
-    assert spec_of(documented) == without_no_log(spec)
+    assert spec_of(documented) == without_no_log(argument_spec(options))
 
 
-@pytest.mark.parametrize(("option", "fragment"), [("engine", "ENGINE"), ("unit", "UNIT"), ("probe", "PROBE")])
-def test_endpoint_deploy_documents_the_same_options_word_for_word(option, fragment):
-    # ansible-test takes doc fragments as literals only, so DEPLOY repeats the three lists.
-    suboptions = yaml.safe_load(ModuleDocFragment.DEPLOY)["options"][option]["suboptions"]
-    assert suboptions == yaml.safe_load(getattr(ModuleDocFragment, fragment))["options"]
+def test_the_argument_spec_carries_no_help():
+    def helpless(spec):
+        return all("description" not in option and helpless(option.get("options", {})) for option in spec.values())
+
+    assert helpless(argument_spec(DEPLOY_OPTIONS))
+    assert argument_spec(UNIT_OPTIONS)["description"] == {"type": "str", "default": ""}  # the unit's own Description= option stays
 
 
 def test_defaults_fill_nested_options_the_way_ansible_does():

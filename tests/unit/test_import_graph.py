@@ -4,8 +4,8 @@
   `if TYPE_CHECKING:` count like any other;
 - module_utils never imports plugin_utils: modules run on the managed host, where plugin_utils is
   not shipped;
-- module_utils imports nothing of Ansible but ansible.module_utils (today it imports no Ansible at
-  all: the core runs under pytest without Ansible);
+- module_utils imports nothing of Ansible but ansible.module_utils (only module_entry.py, the
+  modules' entry point, imports it: the core runs under pytest without Ansible);
 - every import of the collection names a module or package that exists.
 """
 

@@ -15,7 +15,6 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -42,36 +41,11 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit 
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, UnitManager, boottime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 # Every container setting but the environment, which arrives merged with the secrets.
 ENGINE_KEYS = tuple(f.name for f in fields(EngineContainer) if f.name != "environment")
 CHOWN = "/usr/bin/chown"
-
-
-class StepError(RuntimeError):
-    """A step refused; `result` holds what the module reports with the failure."""
-
-    def __init__(self, message: str, result: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.result = result
-
-
-def report(module: Any, step: Callable[[], dict[str, Any]]) -> None:
-    """Run a module's step and report it: exit_json with its result, or fail_json with the
-    step's message and what it had gathered (journal lines, health details)."""
-    try:
-        result = step()
-    except StepError as exc:
-        _warn(module, exc.result)
-        module.fail_json(msg=str(exc), **exc.result)
-    _warn(module, result)
-    module.exit_json(**result)
-
-
-def _warn(module: Any, result: dict[str, Any]) -> None:
-    """A step's warnings through module.warn (exit_json's own `warnings` key is deprecated)."""
-    for warning in result.pop("warnings", None) or []:
-        module.warn(str(warning))
 
 
 def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any]:

@@ -1,11 +1,16 @@
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The host modules' option specs, each defined once: podman_engine and systemd_root_unit take
-them at the top level, endpoint_deploy as its `engine`, `unit` and `probe` dict options, so
-Ansible validates every nested key (a typo fails instead of being dropped) and every default
-lives here. Plain dicts: the module_utils code fills the same defaults through `with_defaults`
-when it is driven without Ansible. plugins/doc_fragments/host_options.py documents them, and a
-unit test keeps the two equal.
+"""The host modules' options, each declared once with its help: podman_engine and
+systemd_root_unit take them at the top level, endpoint_probe takes PROBE_OPTIONS, endpoint_deploy
+takes DEPLOY_OPTIONS (the engine, unit and probe lists as its dict options), so Ansible validates
+every nested key (a typo fails instead of being dropped) and every default lives here.
+
+Each option is an argument spec entry plus its `description`: `argument_spec()` gives the
+options as AnsibleModule takes them (without the help), and scripts/gen_host_docs.py writes
+plugins/doc_fragments/host_options.py (description, type, elements, choices, required, default,
+suboptions) from the same tables; a unit test fails when that file drifts. Plain dicts: the
+module_utils code fills the same defaults through `with_defaults` when it is driven without
+Ansible.
 """
 
 from __future__ import annotations
@@ -13,90 +18,269 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+# What an option declares for its documentation only (plugins/doc_fragments/host_options.py).
+HELP_KEYS = ("description",)
+
 ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
-    "name": {"type": "str", "required": True},
-    "image": {"type": "str", "required": True},
-    "digest": {"type": "str", "required": True},
-    "command": {"type": "list", "elements": "str", "default": []},
-    "entrypoint": {"type": "str"},
-    "model_dir": {"type": "path"},
-    "model_mount": {"type": "str", "default": "/models"},
-    "cache_dir": {"type": "path"},
-    "cache_mount": {"type": "str", "default": "/cache"},
-    "gpu_vendor": {"type": "str", "choices": ["amd", "nvidia", "none"], "default": "none"},
-    "gpu_devices": {"type": "list", "elements": "str", "default": []},
-    "network": {"type": "str", "default": "host"},
-    "publish": {"type": "list", "elements": "str", "default": []},
-    "ipc": {"type": "str", "default": "host"},
-    "shm_size": {"type": "str", "default": ""},
-    "ulimits": {"type": "list", "elements": "str", "default": []},
-    "environment": {"type": "dict", "default": {}},
-    "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-    "runtime": {"type": "str", "default": ""},
-    "cgroups": {"type": "str", "default": ""},
-    "stop_timeout": {"type": "int", "default": 30},
-    "extra_args": {"type": "list", "elements": "str", "default": []},
-    "labels": {"type": "dict", "default": {}},
+    "name": {"type": "str", "required": True, "description": "Container name (also the name cleared before each run)."},
+    "image": {"type": "str", "required": True, "description": "Image repository and tag, without a digest."},
+    "digest": {"type": "str", "required": True, "description": "The pinned digest, C(sha256:...). The container runs C(IMAGE@DIGEST)."},
+    "command": {"type": "list", "elements": "str", "default": [], "description": "Arguments after the image (the engine's own argv)."},
+    "entrypoint": {"type": "str", "description": "Override the image's entrypoint."},
+    "model_dir": {"type": "path", "description": "Host directory with the payload, mounted read-only at C(model_mount)."},
+    "model_mount": {"type": "str", "default": "/models", "description": "Where the payload appears in the container."},
+    "cache_dir": {"type": "path", "description": "Persistent host directory for the engine's caches, mounted at C(cache_mount); HOME points there."},
+    "cache_mount": {"type": "str", "default": "/cache", "description": "Where the cache directory appears in the container."},
+    "gpu_vendor": {
+        "type": "str",
+        "choices": ["amd", "nvidia", "none"],
+        "default": "none",
+        "description": "V(amd) passes /dev/kfd and /dev/dri with the host's numeric video and render GIDs; V(nvidia) passes CDI devices.",
+    },
+    "gpu_devices": {
+        "type": "list",
+        "elements": "str",
+        "default": [],
+        "description": "NVIDIA CDI device names (default C(nvidia.com/gpu=all)) or extra device paths.",
+    },
+    "network": {"type": "str", "default": "host", "description": "Podman network mode."},
+    "publish": {"type": "list", "elements": "str", "default": [], "description": "Ports to publish when not on the host network."},
+    "ipc": {"type": "str", "default": "host", "description": "IPC mode (engines with tensor parallelism want C(host))."},
+    "shm_size": {"type": "str", "default": "", "description": "Size of /dev/shm; only with an IPC namespace of the container's own (C(ipc) not C(host))."},
+    "ulimits": {"type": "list", "elements": "str", "default": [], "description": "C(--ulimit) values, such as C(nofile=65536:65536)."},
+    "environment": {
+        "type": "dict",
+        "default": {},
+        "description": [
+            "Environment for the engine, passed through a root-only env file.",
+            "A value podman versions would read differently (empty, C(#), a leading quote, control characters) is refused, naming its key.",
+        ],
+    },
+    "secret_environment": {"type": "dict", "default": {}, "no_log": True, "description": "Secret environment; never logged."},
+    "runtime": {"type": "str", "default": "", "description": "OCI runtime (C(crun), C(runc)); empty for podman's default."},
+    "cgroups": {"type": "str", "default": "", "description": "Podman C(--cgroups) mode (for example V(disabled) for nested hosts); empty for the default."},
+    "stop_timeout": {"type": "int", "default": 30, "description": "Seconds C(podman stop) waits before killing."},
+    "extra_args": {"type": "list", "elements": "str", "default": [], "description": "Further C(podman run) arguments, placed before the image."},
+    "labels": {"type": "dict", "default": {}, "description": "Extra labels."},
     # Least privilege (docs/engine_units.md "Container privileges"): each default is the secure
     # one, and each option relaxes exactly one thing.
-    "user": {"type": "str", "default": "10001:10001"},
-    "cap_add": {"type": "list", "elements": "str", "default": []},
-    "read_only": {"type": "bool", "default": True},
-    "no_new_privileges": {"type": "bool", "default": True},
-    "seccomp_unconfined": {"type": "bool", "default": False},
-    "env_file": {"type": "path"},
-    "pull": {"type": "str", "choices": ["never", "missing"], "default": "never"},
-    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "user": {
+        "type": "str",
+        "default": "10001:10001",
+        "description": [
+            (
+                "The numeric C(UID:GID) the engine runs as inside the container (not root); the host's C(cache_dir) "
+                "is created or chowned to it. V(0:0) runs the engine as root again."
+            ),
+        ],
+    },
+    "cap_add": {
+        "type": "list",
+        "elements": "str",
+        "default": [],
+        "description": "Capabilities the engine gets back (such as C(SYS_NICE)); every other capability is dropped (C(--cap-drop=all)).",
+    },
+    "read_only": {
+        "type": "bool",
+        "default": True,
+        "description": ("A read-only root filesystem; the cache mount and a tmpfs C(/tmp) are the only writable places. V(false) makes the root writable."),
+    },
+    "no_new_privileges": {
+        "type": "bool",
+        "default": True,
+        "description": "C(--security-opt=no-new-privileges), so no setuid binary or file capability raises the engine's privileges.",
+    },
+    "seccomp_unconfined": {
+        "type": "bool",
+        "default": False,
+        "description": [
+            (
+                "Run without podman's seccomp profile (C(seccomp=unconfined)). Only where a ROCm stack on a given "
+                "kernel fails inside the profile, which refuses move_pages, migrate_pages and perf_event_open (ROCm's"
+                " own container instructions run unconfined). The default keeps the profile."
+            ),
+        ],
+    },
+    "env_file": {"type": "path", "description": "Path of the container's env file (absolute); the host's config-hash key is kept in the same directory."},
+    "pull": {
+        "type": "str",
+        "choices": ["never", "missing"],
+        "default": "never",
+        "description": "V(never) fails when the image is missing; V(missing) pulls C(IMAGE@DIGEST) then.",
+    },
+    "state": {
+        "type": "str",
+        "choices": ["present", "absent"],
+        "default": "present",
+        "description": "V(present) gates the image and returns the argv; V(absent) removes this container.",
+    },
 }
 
 HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
-    "port": {"type": "int", "required": True},
-    "host": {"type": "str", "default": "127.0.0.1"},
-    "served_id": {"type": "str", "default": ""},
-    "container": {"type": "str", "default": ""},
-    "timeout": {"type": "int", "default": 300},
-    "allowed_restarts": {"type": "int", "default": 0},
-    "api_key": {"type": "str", "default": "", "no_log": True},
-    "drain_timeout": {"type": "int", "default": 60},
+    "port": {"type": "int", "required": True, "description": "The engine's port."},
+    "host": {"type": "str", "default": "127.0.0.1", "description": "Address to probe."},
+    "served_id": {"type": "str", "default": "", "description": "A model id C(/v1/models) must list."},
+    "container": {"type": "str", "default": "", "description": "Name of the engine container the unit runs, for the ownership check."},
+    "timeout": {"type": "int", "default": 300, "description": "Seconds to wait for green."},
+    "allowed_restarts": {"type": "int", "default": 0, "description": "Restarts tolerated during the wait before it counts as a crash loop."},
+    "api_key": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": [
+            (
+                "The endpoint's API key, sent as a bearer token with the health requests (the engine gets it from its"
+                " environment). Never logged; a 401 or 403 fails the gate at once."
+            ),
+        ],
+    },
+    "drain_timeout": {
+        "type": "int",
+        "default": 60,
+        "description": [
+            (
+                "Before a restart of a running unit, seconds to wait for the engine's in-flight requests (read from "
+                "its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened."
+            ),
+        ],
+    },
 }
 
 UNIT_OPTIONS: dict[str, dict[str, Any]] = {
-    "name": {"type": "str", "required": True},
-    "command": {"type": "list", "elements": "str"},
-    "stop_command": {"type": "list", "elements": "str"},
-    "pre_start": {"type": "list", "elements": "list", "default": []},
-    "description": {"type": "str", "default": ""},
-    "user": {"type": "str", "default": ""},
-    "group": {"type": "str", "default": ""},
-    "environment": {"type": "dict", "default": {}},
-    "secret_environment": {"type": "dict", "default": {}, "no_log": True},
-    "working_directory": {"type": "str", "default": ""},
-    "restart_sec": {"type": "int", "default": 5},
-    "timeout_start_sec": {"type": "int", "default": 900},
-    "timeout_stop_sec": {"type": "int", "default": 120},
-    "extra_service": {"type": "dict", "default": {}},
-    "sandbox": {"type": "bool", "default": False},
-    "read_write_paths": {"type": "list", "elements": "str", "default": []},
-    "state": {"type": "str", "choices": ["started", "stopped", "absent"], "default": "started"},
-    "enabled": {"type": "bool", "default": True},
-    "restart": {"type": "bool", "default": False},
-    "health": {"type": "dict", "options": HEALTH_OPTIONS},
-    "dropins": {"type": "list", "elements": "str", "default": []},
-    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-    "env_dir": {"type": "path", "default": "/etc/llm-fleet"},
+    "name": {
+        "type": "str",
+        "required": True,
+        "description": "A unit name by systemd's rules, ending in C(.service); never a path (C(/) and C(..) are refused).",
+    },
+    "command": {"type": "list", "elements": "str", "description": "The ExecStart command as an argv list; the first element is an absolute path."},
+    "stop_command": {"type": "list", "elements": "str", "description": "The ExecStop command as an argv list (for example C(podman stop -t 30 NAME))."},
+    "pre_start": {"type": "list", "elements": "list", "default": [], "description": "ExecStartPre commands, each an argv list."},
+    "description": {"type": "str", "default": "", "description": "The unit's Description."},
+    "user": {"type": "str", "default": "", "description": "User= for the service (a non-root service user for native engines; podman engines run as root)."},
+    "group": {"type": "str", "default": "", "description": "Group= for the service."},
+    "environment": {"type": "dict", "default": {}, "description": "Environment for the engine, written to an EnvironmentFile. Newlines are refused."},
+    "secret_environment": {
+        "type": "dict",
+        "default": {},
+        "no_log": True,
+        "description": "Environment holding secrets; never logged, and the EnvironmentFile becomes mode 0600.",
+    },
+    "working_directory": {"type": "str", "default": "", "description": "WorkingDirectory= of the service."},
+    "restart_sec": {"type": "int", "default": 5, "description": "RestartSec= in seconds."},
+    "timeout_start_sec": {"type": "int", "default": 900, "description": "TimeoutStartSec= in seconds; model loads take minutes."},
+    "timeout_stop_sec": {"type": "int", "default": 120, "description": "TimeoutStopSec= in seconds."},
+    "extra_service": {
+        "type": "dict",
+        "default": {},
+        "description": [
+            "Further C([Service]) directives, as a mapping; keys are directive names.",
+            ("A directive named here replaces the C(sandbox) lines for that directive (all of them, so C(DeviceAllow) here replaces the GPU device list)."),
+        ],
+    },
+    "sandbox": {
+        "type": "bool",
+        "default": False,
+        "description": [
+            (
+                "Sandbox a native engine - C(NoNewPrivileges), C(ProtectSystem=strict), C(ProtectHome=read-only), "
+                "C(PrivateTmp), the kernel, clock and hostname protections, C(RestrictNamespaces), "
+                "C(RestrictSUIDSGID), a C(@system-service) system-call filter, no capabilities, and "
+                "C(DevicePolicy=closed) with the GPU device groups (drm, kfd, nvidia*) allowed."
+            ),
+            "No C(PrivateDevices) and no C(MemoryDenyWriteExecute) - GPU runtimes need the devices and JIT.",
+            "Not for units that run C(podman run), which writes C(/var/lib/containers) and C(/run).",
+        ],
+    },
+    "read_write_paths": {
+        "type": "list",
+        "elements": "str",
+        "default": [],
+        "description": ("Paths the engine may write under C(sandbox) (C(ReadWritePaths=), a missing path is skipped), for example its cache directory."),
+    },
+    "state": {
+        "type": "str",
+        "choices": ["started", "stopped", "absent"],
+        "default": "started",
+        "description": "V(started) installs, enables and starts; V(stopped) installs and stops; V(absent) stops and removes.",
+    },
+    "enabled": {"type": "bool", "default": True, "description": "Enable the unit at boot."},
+    "restart": {"type": "bool", "default": False, "description": "Restart even when nothing changed."},
+    "health": {
+        "type": "dict",
+        "options": HEALTH_OPTIONS,
+        "description": [
+            "The health gate, run after every (re)start and checked (without restarting) on an unchanged unit.",
+            "Omit to skip the gate.",
+        ],
+    },
+    "dropins": {
+        "type": "list",
+        "elements": "str",
+        "default": [],
+        "description": [
+            (
+                "Drop-in files (C(NAME.service.d/*.conf), by file name or path) the unit may have. Any other drop-in "
+                "under the unit directory or systemd's search path fails the step, naming it."
+            ),
+        ],
+    },
+    "unit_dir": {"type": "path", "default": "/etc/systemd/system", "description": "Directory for the unit file."},
+    "env_dir": {"type": "path", "default": "/etc/llm-fleet", "description": "Directory for the EnvironmentFile."},
 }
 
 PROBE_OPTIONS: dict[str, dict[str, Any]] = {
-    "host": {"type": "str", "default": "127.0.0.1"},
-    "port": {"type": "int", "required": True},
-    "served_id": {"type": "str", "required": True},
-    "prompt": {"type": "str", "default": "Say hello in five words."},
-    "max_tokens": {"type": "int", "default": 8, "no_log": False},  # a count, not a secret (validate-modules guesses by name)
-    "tools": {"type": "bool", "default": False},
-    "image": {"type": "bool", "default": False},
-    "timeout": {"type": "int", "default": 120},
-    "api_key": {"type": "str", "default": "", "no_log": True},
+    "host": {"type": "str", "default": "127.0.0.1", "description": "Address the probe sends to."},
+    "port": {"type": "int", "required": True, "description": "The engine's port."},
+    "served_id": {"type": "str", "required": True, "description": "The model id the probe asks for."},
+    "prompt": {"type": "str", "default": "Say hello in five words.", "description": "The chat prompt; the answer must hold at least one completion token."},
+    "max_tokens": {  # a count, not a secret (validate-modules guesses by name)
+        "type": "int",
+        "default": 8,
+        "no_log": False,
+        "description": "max_tokens of the probe's request.",
+    },
+    "tools": {"type": "bool", "default": False, "description": "Also require a tool call (C(tool_choice=required)) to come back as a tool call."},
+    "image": {"type": "bool", "default": False, "description": "Also send an image, which must be answered (the projector is loaded)."},
+    "timeout": {"type": "int", "default": 120, "description": "Seconds each probe request may take."},
+    "api_key": {"type": "str", "default": "", "no_log": True, "description": "The endpoint's API key, sent as a bearer token. Never logged."},
 }
+
+DEPLOY_OPTIONS: dict[str, dict[str, Any]] = {
+    "engine": {
+        "type": "dict",
+        "options": ENGINE_OPTIONS,
+        "description": "The engine container, as M(frank.llm_fleet.podman_engine)'s options. Omit for a native engine.",
+    },
+    "unit": {
+        "type": "dict",
+        "required": True,
+        "options": UNIT_OPTIONS,
+        "description": [
+            "The unit, as M(frank.llm_fleet.systemd_root_unit)'s options (with C(health)).",
+            "With O(engine), C(command) and C(stop_command) come from the container.",
+        ],
+    },
+    "probe": {
+        "type": "dict",
+        "options": PROBE_OPTIONS,
+        "description": [
+            (
+                "The smoke probe - a chat completion must answer with at least one token; with C(tools) a required "
+                "tool call must come back as a tool call, with C(image) an image must be read."
+            ),
+            "Omit to skip the probe.",
+        ],
+    },
+}
+
+
+def argument_spec(options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The options as AnsibleModule's argument_spec: each option without its help, nested options
+    too (validate-modules accepts argument spec keys only; the help is the doc fragment's)."""
+    return {
+        name: {key: argument_spec(value) if key == "options" else value for key, value in spec.items() if key not in HELP_KEYS}
+        for name, spec in options.items()
+    }
 
 
 def with_defaults(options: dict[str, dict[str, Any]], params: dict[str, Any] | None) -> dict[str, Any]:

@@ -38,7 +38,13 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile, destination_path, safe_relative_path
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import (
+    Manifest,
+    ManifestFile,
+    destination_path,
+    digest_fields,
+    safe_relative_path,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.ranged import (
     PIECE_SIZE,
     RangedError,
@@ -87,10 +93,7 @@ class FetchResult:
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"path": self.path, "action": self.action, "size": self.size, "bytes_transferred": self.bytes_transferred}
-        if self.sha256:
-            out["sha256"] = self.sha256
-        if self.git_blob_sha1:
-            out["git_blob_sha1"] = self.git_blob_sha1
+        out.update(digest_fields(self.sha256, self.git_blob_sha1))
         if self.detail:
             out["detail"] = self.detail
         return out

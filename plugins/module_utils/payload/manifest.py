@@ -45,6 +45,11 @@ class ManifestError(ValueError):
     """A manifest that is malformed or names an unsafe path."""
 
 
+def digest_fields(sha256: str | None, git_blob_sha1: str | None) -> dict[str, str]:
+    """The digests a payload file's entry reports (manifest, verdict, fetch result): those known."""
+    return {key: value for key, value in (("sha256", sha256), ("git_blob_sha1", git_blob_sha1)) if value}
+
+
 @dataclass(frozen=True)
 class ManifestFile:
     path: str
@@ -63,13 +68,7 @@ class ManifestFile:
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.path, "size": self.size}
-        if self.sha256:
-            out["sha256"] = self.sha256
-        if self.git_blob_sha1:
-            out["git_blob_sha1"] = self.git_blob_sha1
-        out["lfs"] = self.lfs
-        return out
+        return {"path": self.path, "size": self.size, **digest_fields(self.sha256, self.git_blob_sha1), "lfs": self.lfs}
 
 
 @dataclass

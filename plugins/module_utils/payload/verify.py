@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile, destination_path
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest, ManifestFile, destination_path, digest_fields
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.structure import SplitCount, structure_problems
 
 STAMP_FILE = ".llm-fleet-verified.json"
@@ -54,10 +54,7 @@ class FileVerdict:
         out: dict[str, object] = {"path": self.path, "status": self.status, "expected_size": self.expected_size}
         if self.actual_size is not None:
             out["actual_size"] = self.actual_size
-        if self.sha256:
-            out["sha256"] = self.sha256
-        if self.git_blob_sha1:
-            out["git_blob_sha1"] = self.git_blob_sha1
+        out.update(digest_fields(self.sha256, self.git_blob_sha1))
         if self.detail:
             out["detail"] = self.detail
         return out
