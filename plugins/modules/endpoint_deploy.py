@@ -237,8 +237,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 
 def main() -> None:

@@ -235,7 +235,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import DEFAULT_CONNECTIONS, FetchError, build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import GenerationError, prepare, retain
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError

@@ -92,8 +92,8 @@ env_changed:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine, report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 
 def main() -> None:

@@ -96,8 +96,8 @@ placeholders:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.settings_render import SEARXNG_ALLOWED, ensure_rendered
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 
 def main() -> None:

@@ -112,9 +112,9 @@ elapsed:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit, report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, unit_paths
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 
 def main() -> None:

@@ -76,8 +76,8 @@ actions:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import LIB_DIR, TEXTFILE_DIR, UNIT_DIR, ensure_unit_metrics
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 
 def main() -> None:

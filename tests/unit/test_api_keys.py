@@ -13,8 +13,8 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host import endpoi
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import RECORD_FILE, deploy_endpoint
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, HealthSpec, UnitManager
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 UNIT = "keyed.service"
 CGROUP = f"/system.slice/{UNIT}"

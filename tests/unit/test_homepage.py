@@ -152,8 +152,8 @@ def test_renames_come_from_the_kept_records():
 
 
 def _ensure(dest, files, check=False, diff=False):
-    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
     from ansible_collections.frank.llm_fleet.plugins.module_utils.host.site_files import ensure_site
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
     return ensure_site({"dest": str(dest), "files": files, "mode": "0644"}, Host(lambda argv: (0, "", ""), check), diff)
 

@@ -9,9 +9,9 @@ import pytest
 from fake_host import FakeRunner
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import CHOWN, CONFIG_HASH_KEY_FILE, StepError, ensure_engine, remove_engine
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 DIGEST = "sha256:" + "ab" * 32
 KEY = bytes(range(32))

@@ -22,7 +22,6 @@ from typing import Any
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.drain import drain, read_in_flight
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import http_get, wait_healthy
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import (
     EngineContainer,
     EngineError,
@@ -41,6 +40,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit 
     unit_paths,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN, GateError, HealthSpec, UnitManager, boottime
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
 
 # Every container setting but the environment, which arrives merged with the secrets.

@@ -30,7 +30,7 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 NFT = "/usr/sbin/nft"
 FIREWALL_DIR = "/etc/llm-fleet"

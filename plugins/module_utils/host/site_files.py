@@ -13,7 +13,7 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import FileTooLarge, read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 MAX_FILES = 64
 MAX_FILE_BYTES = 4 * 1024 * 1024
