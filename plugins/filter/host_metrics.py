@@ -9,7 +9,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import TEXTFILE_DIR, current_probe
 
 

@@ -235,9 +235,9 @@ restored:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, PROBE_OPTIONS, UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 

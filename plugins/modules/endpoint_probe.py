@@ -37,8 +37,9 @@ completion:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report, run_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.probe import run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import PROBE_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import report
 
 
 def main() -> None:

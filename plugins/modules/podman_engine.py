@@ -91,8 +91,9 @@ env_changed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine, report
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ensure_engine, remove_engine
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 

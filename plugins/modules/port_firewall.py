@@ -75,8 +75,8 @@ table:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, ensure_firewall, service_firewall, table_name
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError, report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 

@@ -65,8 +65,8 @@ written:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.site_files import ensure_site
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 

@@ -111,9 +111,10 @@ elapsed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit, report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, unit_paths
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit, remove_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 

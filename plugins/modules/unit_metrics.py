@@ -75,7 +75,7 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import report
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import report
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import LIB_DIR, TEXTFILE_DIR, UNIT_DIR, ensure_unit_metrics
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 

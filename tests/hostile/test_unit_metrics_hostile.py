@@ -7,7 +7,7 @@ import os
 import pytest
 from fake_host import FakeRunner
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import current_probe, ensure_unit_metrics
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 

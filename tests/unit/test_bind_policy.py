@@ -8,8 +8,8 @@ import pytest
 import yaml
 from fake_host import FakeRunner
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import Firewall, PolicyError, bind_policy, ensure_firewall, render_nft
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
 

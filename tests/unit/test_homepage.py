@@ -172,14 +172,14 @@ def test_site_files_write_once_and_only_what_changed(tmp_path):
 
 @pytest.mark.parametrize("name", ["../escape.html", "sub/page.html", ".hidden", "a b.html", ""])
 def test_site_files_refuse_names_that_are_not_plain(tmp_path, name):
-    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 
     with pytest.raises(StepError, match="not a plain file name"):
         _ensure(tmp_path, {name: "x"})
 
 
 def test_site_files_refuse_a_planted_symlink(tmp_path):
-    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 
     target = tmp_path / "elsewhere"
     target.write_text("keep")

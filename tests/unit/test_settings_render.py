@@ -10,8 +10,8 @@ import jinja2
 import pytest
 import yaml
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.settings_render import RenderError, ensure_rendered, render_placeholders
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 ROOT = Path(__file__).resolve().parents[2]

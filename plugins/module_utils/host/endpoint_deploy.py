@@ -17,11 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import FileTooLarge, read_text
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_engine, ensure_unit, run_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ensure_engine
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import ensure_firewall, firewall_from
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.probe import run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import archive_copy, archive_dir, retire_unit, runtime_swap
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import JOURNALCTL, SYSTEMCTL
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.boot_ledger import parse_boot_log
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload import generations as payload_generations

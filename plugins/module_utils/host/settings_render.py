@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_bytes
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 PLACEHOLDER_RE = re.compile(r"\$\{([^}\s]*)\}")

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import FileTooLarge, read_text
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.step_report import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 MAX_FILES = 64
