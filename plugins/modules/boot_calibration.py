@@ -95,6 +95,7 @@ comparison:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration import boot_record, compare_boot, load_boots, store_boot
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_shape
 
 
@@ -120,7 +121,7 @@ def main() -> None:
         module.fail_json(msg=f"shape is invalid: {exc}")
     record = boot_record(p["endpoint"], p["host"], shape, p["geometry_key"], p["model_geometry"], p["ledger"], p["pool_bytes"], p["recorded_at"])
     try:
-        path, changed = store_boot(p["store_dir"], record, module.check_mode)
+        path, changed = store_boot(p["store_dir"], record, module.check_mode, Host(module.run_command, module.check_mode))
         boots = load_boots(p["store_dir"], p["endpoint"])
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"store_dir: cannot write the calibration store {p['store_dir']}: {exc}")

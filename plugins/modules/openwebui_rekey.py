@@ -102,6 +102,7 @@ renames:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.clients.openwebui import RekeyError, apply_rekey, parse_renames
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 
 def main() -> None:
@@ -119,7 +120,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     try:
-        result = apply_rekey(module.params["db"], parse_renames(module.params["renames"]), backup=module.params["backup"], check_mode=module.check_mode)
+        host = Host(module.run_command, module.check_mode)
+        result = apply_rekey(module.params["db"], parse_renames(module.params["renames"]), backup=module.params["backup"], host=host)
     except RekeyError as exc:
         module.fail_json(msg=str(exc))
     output = {"changed": result.changed, "backup": result.backup, "renames": result.renames}
