@@ -56,6 +56,7 @@ def payload_diffs(switched: dict[str, Any] | None, retention: dict[str, Any] | N
 
 
 def switch_payload(payload: dict[str, Any], host: Host, bring_back: bool) -> dict[str, Any]:
+    """Point the payload directory at the generation `payload` names (generations.switch)."""
     try:
         return payload_generations.switch(str(payload.get("dir") or ""), payload["generation"], host, bring_back=bring_back)
     except (payload_generations.GenerationError, OSError) as exc:
@@ -78,6 +79,7 @@ def restore_payload(record: dict[str, Any], host: Host) -> dict[str, Any] | None
 
 
 def is_generation_link(payload_dir: str) -> bool:
+    """Whether the payload directory is already a link to a generation."""
     try:
         return payload_generations.link_state(payload_generations.Layout(payload_dir))[0] == "generation"
     except payload_generations.GenerationError:
