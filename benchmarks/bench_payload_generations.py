@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host  # noqa: E402
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host  # noqa: E402
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import prepare, retain, switch  # noqa: E402
 
 FILES, TOTAL = 144, 191_919_144_448

@@ -9,8 +9,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import TEXTFILE_DIR, current_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 
 def _unit_metrics_probe(units: list[str], textfile_dir: str = TEXTFILE_DIR) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def calibrate(call: ModuleCall) -> dict:
         raise StepError(f"shape is invalid: {exc}", {}) from None
     record = boot_record(p["endpoint"], p["host"], shape, p["geometry_key"], p["model_geometry"], p["ledger"], p["pool_bytes"], p["recorded_at"])
     try:
-        path, changed = store_boot(p["store_dir"], record, call.check_mode)
+        path, changed = store_boot(p["store_dir"], record, call.check_mode, call.host)
         boots = load_boots(p["store_dir"], p["endpoint"])
     except (OSError, ValueError) as exc:
         raise StepError(f"store_dir: cannot write the calibration store {p['store_dir']}: {exc}", {}) from None

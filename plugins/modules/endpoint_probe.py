@@ -35,7 +35,7 @@ completion:
   type: str
 """
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import run_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.probe import run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import PROBE_OPTIONS, argument_spec
 from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 

@@ -234,8 +234,8 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import read_header
-from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.fetch import DEFAULT_CONNECTIONS, FetchError, build_manifest, fetch_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import GenerationError, prepare, retain
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
@@ -302,6 +302,7 @@ def run_fetch(module: AnsibleModule) -> None:
         progress=progress,
         connections=module.params["connections"],
         split_count=gguf_split_count,
+        host=Host(module.run_command, module.check_mode),
     )
     if progress and not module.check_mode:
         progress.finish()
@@ -330,8 +331,9 @@ def run_manifest(module: AnsibleModule) -> None:
     path = module.params["manifest_path"]
     before = read_text(path) or ""
     changed = before != text
-    if changed and not module.check_mode:
-        write_atomically(path, text)
+    if changed:
+        # dir_mode None: the manifest's directory must exist, as it always had to.
+        Host(module.run_command, module.check_mode).write(path, text, 0o644, dir_mode=None)
     result = {"changed": changed, "manifest": manifest.as_dict()}
     if module._diff:
         result["diff"] = {"before": before, "after": text, "before_header": path, "after_header": path}

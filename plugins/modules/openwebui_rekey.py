@@ -104,7 +104,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry impor
 
 
 def rekey(call: ModuleCall) -> dict:
-    result = apply_rekey(call.params["db"], parse_renames(call.params["renames"]), backup=call.params["backup"], check_mode=call.check_mode)
+    result = apply_rekey(call.params["db"], parse_renames(call.params["renames"]), backup=call.params["backup"], host=call.host)
     output = {"changed": result.changed, "backup": result.backup, "renames": result.renames}
     if call.diff and result.diff:
         output["diff"] = result.diff

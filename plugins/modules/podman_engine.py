@@ -89,7 +89,7 @@ env_changed:
   type: bool
 """
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_engine, remove_engine
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ensure_engine, remove_engine
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, argument_spec
 from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
 

@@ -109,9 +109,9 @@ elapsed:
   type: float
 """
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import ensure_unit, remove_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS, argument_spec
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, unit_paths
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit, remove_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 

@@ -54,7 +54,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.calibration
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import list_generations
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import list_generations
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, render_bench_table, run_bench
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import ProbeError, run_capacity_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json

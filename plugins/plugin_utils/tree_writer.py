@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write a generated tree idempotently: only files whose bytes change are replaced (atomically),
 a unified diff shows each text change, check mode writes nothing, and files a previous run
-generated under the managed directories but this run did not are removed."""
+generated under the managed directories but this run did not are removed. Every write and
+removal goes through the Host runner (host_runner.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import difflib
 import os
 from dataclasses import dataclass, field
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_bytes, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_bytes
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 
 @dataclass
@@ -31,7 +33,9 @@ def _diff(relative: str, old: bytes | None, new: bytes) -> str:
     return "".join(difflib.unified_diff(old_text, new_text, before, f"b/{relative}"))
 
 
-def write_tree(dest: str, files: dict[str, bytes], managed: tuple[str, ...] = (), check: bool = False) -> TreeReport:
+def write_tree(dest: str, files: dict[str, bytes], managed: tuple[str, ...] = (), check: bool = False, host: Host | None = None) -> TreeReport:
+    """Without a host, a files-only Host in check mode when `check`."""
+    host = host or Host.files_only(check)
     report = TreeReport()
     for relative in sorted(files):
         path = os.path.join(dest, relative)
@@ -41,9 +45,7 @@ def write_tree(dest: str, files: dict[str, bytes], managed: tuple[str, ...] = ()
             continue
         report.changed.append(relative)
         report.diffs.append(_diff(relative, old, files[relative]))
-        if not check:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            write_atomically(path, files[relative])
+        host.write(path, files[relative], 0o644, dir_mode=0o777)
     for prefix in managed:
         root = os.path.join(dest, prefix)
         for directory, _dirs, names in os.walk(root):
@@ -51,6 +53,5 @@ def write_tree(dest: str, files: dict[str, bytes], managed: tuple[str, ...] = ()
                 relative = os.path.relpath(os.path.join(directory, name), dest)
                 if relative not in files:
                     report.removed.append(relative)
-                    if not check:
-                        os.unlink(os.path.join(dest, relative))
+                    host.remove(os.path.join(dest, relative), missing_ok=False)
     return report

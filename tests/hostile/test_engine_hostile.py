@@ -18,9 +18,10 @@ import re
 import pytest
 from fake_host import FakeRunner
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_engine
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ensure_engine
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import ENV_LINE_MAX_BYTES, EngineContainer, EngineError, render_podman_env_file
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 DIGEST = "sha256:" + "ab" * 32
 KEY = bytes(32)

@@ -10,10 +10,10 @@ import pytest
 from fake_host import SYSTEMCTL, FakeRunner, show
 from generation_payloads import quiet_host, ready, snapshot, write_manifest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint, restore_payload
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import GenerationError, Layout, manifest_digest, prepare, retain, switch
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 A = {"model.gguf": b"payload A"}
 C = {"model.gguf": b"payload C"}

@@ -4,9 +4,10 @@ before anything is read, written or started (README.md, "Root units")."""
 import pytest
 from fake_host import SYSTEMCTL, FakeRunner, show
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_unit, remove_unit
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import UnitError, UnitSpec, render_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit, remove_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 INSTALLED = {(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="active", UnitFileState="enabled")]}
 

@@ -7,9 +7,9 @@ import os
 import pytest
 from fake_host import FakeRunner
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import current_probe, ensure_unit_metrics
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 HOSTILE = [
     ("units", ["x.service; reboot"], "units: 'x.service; reboot' is not a unit name"),

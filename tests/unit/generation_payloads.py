@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import prepare
 
 

@@ -8,11 +8,11 @@ import pytest
 import yaml
 from fake_host import FakeRunner
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import Firewall, PolicyError, bind_policy, ensure_firewall, render_nft
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 ROOT = Path(__file__).resolve().parents[2]
 

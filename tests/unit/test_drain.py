@@ -7,10 +7,11 @@ import sys
 import pytest
 from fake_host import SYSTEMCTL, FakeClock, FakeRunner, show
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host import deploy_steps
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host import unit_step as deploy_steps
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.drain import DrainReport, drain, in_flight
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 UNIT = "lab.service"
 PORT = 7771

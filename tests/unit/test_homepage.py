@@ -152,8 +152,8 @@ def test_renames_come_from_the_kept_records():
 
 
 def _ensure(dest, files, check=False, diff=False):
-    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
     from ansible_collections.frank.llm_fleet.plugins.module_utils.host.site_files import ensure_site
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
     return ensure_site({"dest": str(dest), "files": files, "mode": "0644"}, Host(lambda argv: (0, "", ""), check), diff)
 
@@ -172,14 +172,14 @@ def test_site_files_write_once_and_only_what_changed(tmp_path):
 
 @pytest.mark.parametrize("name", ["../escape.html", "sub/page.html", ".hidden", "a b.html", ""])
 def test_site_files_refuse_names_that_are_not_plain(tmp_path, name):
-    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
     with pytest.raises(StepError, match="not a plain file name"):
         _ensure(tmp_path, {name: "x"})
 
 
 def test_site_files_refuse_a_planted_symlink(tmp_path):
-    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
     target = tmp_path / "elsewhere"
     target.write_text("keep")

@@ -11,12 +11,14 @@ import pytest
 from fake_host import SYSTEMCTL, FakeClock, FakeRunner, fake_process, show, ss_listening
 from generation_payloads import ready, snapshot, write_manifest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, ensure_unit
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import RECORD_FILE, deploy_endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import RECORD_FILE
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, HealthSpec, UnitManager
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.generations import prepare, retain
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 UNIT = "lab.service"
 CGROUP = f"/system.slice/{UNIT}"

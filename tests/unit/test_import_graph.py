@@ -6,7 +6,9 @@
   not shipped;
 - module_utils imports nothing of Ansible but ansible.module_utils (only module_entry.py, the
   modules' entry point, imports it: the core runs under pytest without Ansible);
-- every import of the collection names a module or package that exists.
+- every import of the collection names a module or package that exists;
+- module_utils is built in layers (LAYERS): an import goes to its own layer or a lower one, never
+  up.
 """
 
 from __future__ import annotations
@@ -19,6 +21,18 @@ PLUGINS = ROOT / "plugins"
 PREFIX = "ansible_collections.frank.llm_fleet."
 MODULE_UTILS = PREFIX + "plugins.module_utils"
 PLUGIN_UTILS = PREFIX + "plugins.plugin_utils"
+
+# module_utils' packages and ground modules by layer, lowest first: an import may go to its own
+# layer or a lower one, never up. A name here that does not exist yet holds its place (runtimes:
+# the runtime drivers, above what they build on and below the host steps that call them).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("sizes", "files", "host_runner", "step_error", "module_entry", "devices"),
+    ("shape",),
+    ("budget", "payload", "relay", "clients", "browser"),
+    ("runtimes",),
+    ("measure",),
+    ("host",),
+)
 
 
 def module_name(path: Path) -> str:
@@ -190,3 +204,61 @@ def test_module_utils_never_imports_plugin_utils_or_ansible_beyond_module_utils(
             if any(under(m, "ansible") and not under(m, "ansible.module_utils") for m in loaded):
                 problems.append(f"{where}: imports {module} (module_utils may use ansible.module_utils only)")
     assert not problems, "\n".join(problems)
+
+
+def unit_of(module: str) -> str:
+    """The package or ground module of module_utils a module belongs to: `host` for host.probe."""
+    return module[len(MODULE_UTILS) + 1 :].split(".")[0]
+
+
+def layer_of(unit: str) -> int | None:
+    return next((number for number, members in enumerate(LAYERS) if unit in members), None)
+
+
+def upward_imports(imports: list[tuple[str, str, str]]) -> list[str]:
+    """(importing module, imported module, file:line) -> one line per import that climbs a layer,
+    naming the place and the two packages."""
+    problems = []
+    for source, target, where in imports:
+        low, high = layer_of(unit_of(target)), layer_of(unit_of(source))
+        if low is not None and high is not None and low > high:
+            problems.append(f"{where}: {unit_of(source)} (layer {high}) imports {unit_of(target)} (layer {low}), a higher layer")
+    return problems
+
+
+def module_utils_imports() -> list[tuple[str, str, str]]:
+    """Every import from one module_utils module to another, lazy ones included."""
+    known = collection_files()
+    found = []
+    for name, path in known.items():
+        if not under(name, MODULE_UTILS):
+            continue
+        for module, names, line in imported_names(path):
+            found += [(name, target, f"{path.relative_to(ROOT)}:{line}") for target in resolve(module, names, known) if under(target, MODULE_UTILS)]
+    return found
+
+
+def test_every_module_utils_package_has_a_layer():
+    units = {unit_of(name) for name in collection_files() if name.startswith(MODULE_UTILS + ".")}
+    missing = sorted(unit for unit in units if layer_of(unit) is None)
+    assert not missing, f"module_utils packages or modules in no layer of LAYERS (place each in the lowest layer its imports allow): {missing}"
+    named = [unit for members in LAYERS for unit in members]
+    assert len(named) == len(set(named)), f"a name in two layers: {named}"
+
+
+def test_imports_never_climb_a_layer():
+    imports = module_utils_imports()
+    assert len(imports) > 40, f"only {len(imports)} imports inside module_utils: is the parser reading them?"
+    problems = upward_imports(imports)
+    assert not problems, "imports that climb a layer (LAYERS, lowest first):\n" + "\n".join(problems)
+
+
+def test_the_layer_check_names_the_file_and_both_packages():
+    mu = MODULE_UTILS + "."
+    imports = [
+        (mu + "payload.generations", mu + "host.records", "plugins/module_utils/payload/generations.py:33"),
+        (mu + "host.records", mu + "payload.generations", "plugins/module_utils/host/records.py:15"),
+        (mu + "budget.ledger", mu + "payload.manifest", "plugins/module_utils/budget/ledger.py:9"),
+        (mu + "shape.model", mu + "sizes", "plugins/module_utils/shape/model.py:20"),
+    ]
+    assert upward_imports(imports) == ["plugins/module_utils/payload/generations.py:33: payload (layer 2) imports host (layer 5), a higher layer"]

@@ -8,10 +8,11 @@ from dataclasses import asdict
 import pytest
 from fake_host import FakeRunner
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import CHOWN, CONFIG_HASH_KEY_FILE, StepError, ensure_engine, remove_engine
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import CHOWN, CONFIG_HASH_KEY_FILE, ensure_engine, remove_engine
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 DIGEST = "sha256:" + "ab" * 32
 KEY = bytes(range(32))
@@ -276,7 +277,7 @@ def test_amd_engines_get_the_hosts_video_and_render_gids(params, monkeypatch):
     def getgrnam(name):
         return groups[name]
 
-    monkeypatch.setattr("ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps.grp.getgrnam", getgrnam)
+    monkeypatch.setattr("ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step.grp.getgrnam", getgrnam)
     result, _host = run({**params, "gpu_vendor": "amd"})
     assert [arg for arg in result["run_argv"] if arg.startswith("--group-add")] == ["--group-add=44", "--group-add=993"]
     del groups["render"]  # an older host with video only

@@ -6,7 +6,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError, chat_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.probe import chat_probe
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 
 class Engine:

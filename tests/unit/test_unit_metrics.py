@@ -10,8 +10,8 @@ import pytest
 from fake_host import SYSTEMCTL, FakeRunner, show
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import unit_metrics_writer
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_metrics import current_probe, ensure_unit_metrics
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 
 TIMER_SHOW = (SYSTEMCTL, "show", "llm-fleet-unit-metrics.timer")
 RUNNING = {TIMER_SHOW: [show(UnitFileState="enabled", ActiveState="active")]}

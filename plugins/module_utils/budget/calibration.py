@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_law
-from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text, write_atomically
+from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape, ShapeError, parse_into
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 
@@ -106,17 +107,16 @@ def store_path(store_dir: str, endpoint: str, key: str) -> str:
     return os.path.join(store_dir, endpoint, f"{key}.json")
 
 
-def store_boot(store_dir: str, record: dict[str, Any], check_mode: bool = False) -> tuple[str, bool]:
-    """Add a boot under its endpoint and geometry key; (path, changed). Idempotent."""
+def store_boot(store_dir: str, record: dict[str, Any], check_mode: bool = False, host: Host | None = None) -> tuple[str, bool]:
+    """Add a boot under its endpoint and geometry key; (path, changed). Idempotent. The write goes
+    through `host` (without one, a files-only Host in `check_mode`)."""
     path = store_path(store_dir, record["endpoint"], record["geometry_key"])
     text = read_text(path)
     data = json.loads(text) if text else {"endpoint": record["endpoint"], "geometry_key": record["geometry_key"], "boots": []}
     if any(boot_identity(boot) == boot_identity(record) for boot in data["boots"]):
         return path, False
     data["boots"].append(record)
-    if not check_mode:
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o644)
+    (host or Host.files_only(check_mode)).write(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o644, dir_mode=0o755)
     return path, True
 
 

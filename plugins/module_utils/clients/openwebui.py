@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.request import pathname2url
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, parse_text
 
 # The open-webui release whose migrations the table set and the columns were checked against.
@@ -360,15 +361,18 @@ def backup_path(db: Path, now: float) -> Path:
     return db.with_name(f"{db.name}.bak-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}")
 
 
-def write_backup(db: Path, now: float) -> Path:
+def write_backup(db: Path, now: float, host: Host) -> Path:
     """An online backup (the sqlite3 backup API, through its own read connection: the writer's
     connection already holds the write lock) into a new file, mode 0600 from its creation (the
-    config table holds connection keys). O_EXCL: an existing file or link there is never followed."""
+    config table holds connection keys). O_EXCL: an existing file or link there is never followed.
+    The file is made (and a failed copy removed) through `host`; in check mode nothing is."""
     target = backup_path(db, now)
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fd = host.open_write(str(target), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except FileExistsError:
         raise RekeyError(f"backup: {str(target)!r} already exists; rerun in a second or move it away") from None
+    if fd is None:
+        return target
     os.close(fd)
     source = connect(db, read_only=True)
     dest = sqlite3.connect(str(target), isolation_level=None)
@@ -377,7 +381,7 @@ def write_backup(db: Path, now: float) -> Path:
         dest.execute("SELECT count(*) FROM model").fetchone()  # the copy opens and has the set
     except BaseException:
         dest.close()
-        target.unlink()  # a partial copy must never pass for a backup
+        host.remove(str(target), missing_ok=False)  # a partial copy must never pass for a backup
         raise
     finally:
         dest.close()
@@ -399,15 +403,25 @@ def _write(conn: sqlite3.Connection, plan: Plan, now: float) -> None:
                 conn.execute('UPDATE config SET value = ?, updated_at = ? WHERE "key" = ?', (json.dumps(rewritten, ensure_ascii=False), int(now), key))
 
 
-def apply_rekey(db: str, renames: Sequence[Rename], *, backup: bool = True, check_mode: bool = False, clock: Callable[[], float] = time.time) -> Result:
+def apply_rekey(
+    db: str,
+    renames: Sequence[Rename],
+    *,
+    backup: bool = True,
+    check_mode: bool = False,
+    clock: Callable[[], float] = time.time,
+    host: Host | None = None,
+) -> Result:
     """Re-key `renames` in the database at `db`: plan under the write lock, refuse conflicts,
-    back up, write, commit. Nothing to move: no backup, changed=False."""
+    back up, write, commit. Nothing to move: no backup, changed=False. The backup file goes
+    through `host` (without one, a files-only Host in `check_mode`), whose check mode plans."""
+    host = host or Host.files_only(check_mode)
     path = check_db_path(db)
     # Read-only first: a deploy after a rename names the old ids every time, and most runs have
     # nothing to move; they must not take (or wait for) OpenWebUI's write lock.
     plan = plan_rekey(db, renames)
     refuse_conflicts(plan)
-    if check_mode or not plan.changed:
+    if host.check_mode or not plan.changed:
         return _result(plan, None)
     conn = connect(path, read_only=False)
     try:
@@ -422,7 +436,7 @@ def apply_rekey(db: str, renames: Sequence[Rename], *, backup: bool = True, chec
             saved = None
             if plan.changed:
                 now = clock()
-                saved = str(write_backup(path, now)) if backup else None
+                saved = str(write_backup(path, now, host)) if backup else None
                 _write(conn, plan, now)
             conn.execute("COMMIT")
         except BaseException:

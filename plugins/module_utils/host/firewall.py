@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 NFT = "/usr/sbin/nft"
 FIREWALL_DIR = "/etc/llm-fleet"

@@ -20,8 +20,8 @@ import re
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_bytes
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 PLACEHOLDER_RE = re.compile(r"\$\{([^}\s]*)\}")
 SEARXNG_ALLOWED = ("KAGI_API_KEY", "SEARXNG_SECRET", "SEARXNG_BASE_URL")

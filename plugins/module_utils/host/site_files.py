@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import FileTooLarge, read_text
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 MAX_FILES = 64
 MAX_FILE_BYTES = 4 * 1024 * 1024

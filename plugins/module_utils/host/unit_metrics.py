@@ -19,9 +19,9 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import unit_metrics_writer
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.deploy_steps import StepError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, UnitManager
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 UNIT_DIR = "/etc/systemd/system"
 LIB_DIR = "/usr/local/lib/llm-fleet"

@@ -19,7 +19,10 @@ Per file:
   HTML page in place of config.json is refused;
 - a file of at least two pieces is fetched over `connections` ranged connections (ranged.py);
 - one fetch at a time per destination (a lock file), and never one that cannot fit: the free space
-  is checked against the bytes still to come before any byte is asked for.
+  is checked against the bytes still to come before any byte is asked for;
+- every directory made, file opened for writing and name moved goes through the Host runner
+  (host_runner.py): check mode plans and writes nothing, and the actions name each change. The
+  bytes themselves are written through the descriptor it opened, outside it.
 Hashing runs in a second thread, overlapped with the network reads.
 """
 
@@ -37,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import (
     Manifest,
@@ -138,7 +142,14 @@ def _partial_size(partial: str) -> int:
     return info.st_size
 
 
-def _open_partial(partial: str, append: bool) -> BinaryIO:
+def _open(host: Host, path: str, flags: int, mode: int = 0o644) -> int:
+    fd = host.open_write(path, flags, mode)
+    if fd is None:  # check mode plans (plan_file) and never opens a file
+        raise FetchError(f"{path}: check mode plans a fetch and writes nothing")
+    return fd
+
+
+def _open_partial(partial: str, append: bool, host: Host) -> BinaryIO:
     """Open NAME.partial for writing without following a symlink swapped in since _partial_size
     looked: append to it, truncate it, or create it exclusively when there is none."""
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -148,7 +159,7 @@ def _open_partial(partial: str, append: bool) -> BinaryIO:
         flags |= os.O_TRUNC
     else:
         flags |= os.O_CREAT | os.O_EXCL
-    fd = os.open(partial, flags, 0o644)
+    fd = _open(host, partial, flags, 0o644)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise FetchError(f"{partial}: is not a regular file; remove it and run again")
@@ -167,10 +178,10 @@ def _hash_prefix(path: str, length: int, digest: hashlib._Hash) -> hashlib._Hash
     return digest
 
 
-def _set_aside(path: str, final: str) -> str:
+def _set_aside(path: str, final: str, host: Host) -> str:
     """Move a rejected file next to its final name, for inspection; never delete it."""
     aside = f"{final}.rejected-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-    os.replace(path, aside)
+    host.move(path, aside)
     return aside
 
 
@@ -179,16 +190,16 @@ def _digests(entry: ManifestFile, actual: str) -> dict[str, str]:
     return {entry.digest[0]: actual} if entry.digest else {}
 
 
-def _finalise(entry: ManifestFile, partial: str, final: str, actual: str, dest: str) -> None:
+def _finalise(entry: ManifestFile, partial: str, final: str, actual: str, dest: str, host: Host) -> None:
     size = os.lstat(partial).st_size
     if size != entry.size:
-        aside = _set_aside(partial, final)
+        aside = _set_aside(partial, final, host)
         raise FetchError(f"{entry.path}: got {size} bytes, manifest says {entry.size}; kept aside as {os.path.basename(aside)}")
     if entry.digest and actual != entry.digest[1]:
-        aside = _set_aside(partial, final)
+        aside = _set_aside(partial, final, host)
         algorithm, expected = entry.digest
         raise FetchError(f"{entry.path}: {algorithm} {actual} != manifest {expected}; kept aside as {os.path.basename(aside)}")
-    os.replace(partial, final)
+    host.move(partial, final)
     if entry.digest:
         write_stamp(dest, entry.path, entry.digest[0], actual)
 
@@ -229,10 +240,12 @@ def fetch_file(
     progress: ProgressCallback | None = None,
     connections: int = 1,
     piece_size: int = PIECE_SIZE,
+    host: Host | None = None,
 ) -> FetchResult:
+    host = host or Host.files_only()
     final = destination_path(dest, entry.path)
     partial = final + ".partial"
-    os.makedirs(os.path.dirname(final), exist_ok=True)
+    host.makedirs(os.path.dirname(final), 0o777)
 
     existing = size_gate(entry, dest)
     if existing.ok:
@@ -248,19 +261,19 @@ def fetch_file(
             return FetchResult(entry.path, "skipped", entry.size, 0, **_digests(entry, actual))
         if not refetch:
             raise FetchError(f"{entry.path}: present but {algorithm} {actual} != manifest {expected}; set refetch to fetch it again")
-        _set_aside(final, final)
+        _set_aside(final, final, host)
     elif existing.status in ("wrong_size", "not_regular", "symlink"):
         if not refetch:
             raise FetchError(f"{entry.path}: present but {existing.status} ({existing.detail or existing.actual_size}); set refetch to fetch it again")
-        _set_aside(final, final)
+        _set_aside(final, final, host)
 
     have = _partial_size(partial)
     if have > entry.size:
-        _set_aside(partial, final)
+        _set_aside(partial, final, host)
         remove_state(partial)
         have = 0
     if _ranged(entry, partial, connections, piece_size):
-        return _fetch_ranged(client, manifest, entry, dest, partial, final, connections, piece_size, progress)
+        return _fetch_ranged(client, manifest, entry, dest, partial, final, connections, piece_size, progress, host)
     digest = new_digest(entry) or hashlib.sha256()
     if have:
         _hash_prefix(partial, have, digest)
@@ -273,7 +286,7 @@ def fetch_file(
             if have != entry.size:
                 raise FetchError(f"{entry.path}: the server refused range {have}- ({response.getheader('Content-Range')}) for a {entry.size}-byte file")
             actual = digest.hexdigest()
-            _finalise(entry, partial, final, actual, dest)
+            _finalise(entry, partial, final, actual, dest, host)
             return FetchResult(entry.path, "completed", entry.size, 0, detail="partial was complete (416)", **_digests(entry, actual))
         if response.status == 200 and have:
             # The server ignored the range: start over rather than append a second copy.
@@ -285,7 +298,7 @@ def fetch_file(
         hasher = _Hasher(digest)
         done = have
         try:
-            with _open_partial(partial, append=bool(have)) as out:
+            with _open_partial(partial, append=bool(have), host=host) as out:
                 # Never past the manifest size: a server sending more cannot fill the disk.
                 while done < entry.size:
                     block = response.read(min(READ_CHUNK, entry.size - done))
@@ -306,7 +319,7 @@ def fetch_file(
             )
         if done < entry.size:
             raise FetchError(f"{entry.path}: connection ended at {done} of {entry.size} bytes; the partial file is kept and the next run resumes it")
-        _finalise(entry, partial, final, actual, dest)
+        _finalise(entry, partial, final, actual, dest, host)
         return FetchResult(entry.path, "resumed" if have else "fetched", entry.size, transferred, **_digests(entry, actual))
     except (OSError, HubError) as exc:
         raise FetchError(f"{entry.path}: {exc} (after {transferred} bytes; the partial file is kept)", transferred) from None
@@ -324,10 +337,11 @@ def _fetch_ranged(
     connections: int,
     piece_size: int,
     progress: ProgressCallback | None,
+    host: Host,
 ) -> FetchResult:
     url = client.resolve_url(manifest.repo_id, manifest.revision, entry.path, manifest.repo_type)
     try:
-        job = RangedFetch(client, url, entry, partial, new_digest(entry) or hashlib.sha256(), connections, piece_size, progress)
+        job = RangedFetch(client, url, entry, partial, new_digest(entry) or hashlib.sha256(), connections, piece_size, progress, host)
     except RangedError as exc:
         raise FetchError(f"{entry.path}: {exc}") from None
     try:
@@ -339,19 +353,19 @@ def _fetch_ranged(
             job.transferred,
         ) from None
     try:
-        _finalise(entry, partial, final, actual, dest)
+        _finalise(entry, partial, final, actual, dest, host)
     finally:
         remove_state(partial)
     action = "resumed" if job.resumed else "fetched"
     return FetchResult(entry.path, action, entry.size, job.transferred, **_digests(entry, actual))
 
 
-def _lock_destination(dest: str) -> int:
+def _lock_destination(dest: str, host: Host) -> int:
     """One fetch per destination at a time: a second one is refused at once (it does not wait),
     naming the holder, so two runs never write the same partial."""
     path = os.path.join(dest, LOCK_FILE)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = _open(host, path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise FetchError(f"{path}: is a symlink, and the lock is never opened through one; remove it and run again") from None
@@ -404,10 +418,13 @@ def fetch_payload(
     connections: int = DEFAULT_CONNECTIONS,
     piece_size: int = PIECE_SIZE,
     split_count: SplitCount | None = None,
+    host: Host | None = None,
 ) -> list[FetchResult]:
     """Fetch every manifest file (in parallel, bounded). Failures are collected, not raised; a held
-    lock or too little free space raise FetchError before anything is fetched."""
-    if check_mode:
+    lock or too little free space raise FetchError before anything is fetched. Every change goes
+    through `host` (without one, a files-only Host in `check_mode`), whose check mode plans."""
+    host = host or Host.files_only(check_mode)
+    if host.check_mode:
         results = []
         for entry in manifest.files:
             try:
@@ -417,14 +434,14 @@ def fetch_payload(
                 continue
             results.append(FetchResult(entry.path, action, entry.size, todo))
         return results
-    os.makedirs(dest, exist_ok=True)
-    lock = _lock_destination(dest)
+    host.makedirs(dest, 0o777)
+    lock = _lock_destination(dest, host)
     try:
         _check_free_space(manifest, dest)
 
         def one(entry: ManifestFile) -> FetchResult:
             try:
-                return fetch_file(client, manifest, entry, dest, refetch, progress, connections, piece_size)
+                return fetch_file(client, manifest, entry, dest, refetch, progress, connections, piece_size, host)
             except (FetchError, HubError, OSError) as exc:
                 return FetchResult(entry.path, "failed", entry.size, getattr(exc, "transferred", 0), detail=client.redact(str(exc)))
 

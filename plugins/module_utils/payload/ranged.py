@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestFile
 
@@ -85,13 +86,16 @@ def _expected(entry: ManifestFile) -> str | None:
     return f"{digest[0]}:{digest[1]}" if digest else None
 
 
-def _open_nofollow(path: str, flags: int) -> int:
+def _open_nofollow(path: str, flags: int, host: Host | None = None) -> int:
+    """Open without following a link; with a host, the opening for writing goes through it."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = host.open_write(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644) if host else os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if os.path.islink(path):
             raise RangedError(f"{path}: is a symlink, and fetch state is never read or written through one; remove it and run again") from None
         raise exc
+    if fd is None:
+        raise RangedError(f"{path}: check mode plans a fetch and writes nothing")
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise RangedError(f"{path}: is not a regular file; remove it and run again")
@@ -167,7 +171,11 @@ class RangedFetch:
         connections: int,
         piece_size: int = PIECE_SIZE,
         progress: Callable[[str, int, int], None] | None = None,
+        host: Host | None = None,
     ) -> None:
+        # The partial (the payload's bytes) is opened through the Host; the record beside it is
+        # bookkeeping rewritten every PERSIST_INTERVAL, kept out of the actions.
+        self.host = host or Host.files_only()
         self.client, self.url, self.entry, self.partial, self.digest = client, url, entry, partial, digest
         self.connections = max(1, connections)
         self.window = 2 * self.connections
@@ -191,7 +199,7 @@ class RangedFetch:
             self._fresh_state(piece_size)
         else:
             self.piece_size, have = state
-            self.fd = _open_nofollow(partial, os.O_RDWR)
+            self.fd = _open_nofollow(partial, os.O_RDWR, self.host)
             self.pieces = self._cut(have)
             self.persist(force=True, durable=True)  # what is trusted now is what survives a power loss too
         self.resumed = any(p.on_disk for p in self.pieces)
@@ -202,10 +210,10 @@ class RangedFetch:
         remove_state(self.partial)
         try:
             prefix = os.lstat(self.partial).st_size
-            self.fd = _open_nofollow(self.partial, os.O_RDWR)
+            self.fd = _open_nofollow(self.partial, os.O_RDWR, self.host)
         except FileNotFoundError:
             prefix = 0
-            self.fd = _open_nofollow(self.partial, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+            self.fd = _open_nofollow(self.partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, self.host)
         prefix = min(prefix, os.fstat(self.fd).st_size, self.entry.size)
         count = -(-self.entry.size // piece_size)
         have = [max(0, min(piece_size, self.entry.size - i * piece_size, prefix - i * piece_size)) for i in range(count)]

@@ -6,7 +6,8 @@ recorded in `actions` and runs only outside check mode. So check mode cannot mut
 forgotten branch, and a result can say what a deploy did (or would do).
 
 Actions hold argv and paths only: secrets never travel in argv (they go to env files), and a
-written file is named, never quoted.
+written file is named, never quoted. A writer that runs no commands (the calibration store, the
+generated tree, the payload fetch) takes `Host.files_only(check_mode)`.
 """
 
 from __future__ import annotations
@@ -20,11 +21,20 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write
 Runner = Callable[[list[str]], tuple[int, str, str]]
 
 
+def _no_commands(argv: list[str]) -> tuple[int, str, str]:
+    raise RuntimeError(f"this Host writes files only and runs no command: {' '.join(argv)}")
+
+
 class Host:
     def __init__(self, run: Runner, check_mode: bool = False) -> None:
         self._run = run
         self.check_mode = check_mode
         self.actions: list[str] = []
+
+    @classmethod
+    def files_only(cls, check_mode: bool = False) -> Host:
+        """A Host for a writer that runs no command: a query or change of a command raises."""
+        return cls(_no_commands, check_mode)
 
     def query(self, argv: list[str]) -> tuple[int, str, str]:
         """A command that only reads: it runs in check mode too."""
@@ -37,11 +47,23 @@ class Host:
             return 0, "", ""
         return self._run(argv)
 
-    def write(self, path: str, content: str, mode: int, dir_mode: int = 0o755) -> None:
+    def write(self, path: str, content: str | bytes, mode: int, dir_mode: int | None = 0o755) -> None:
+        """Replace the file atomically; its directory is made (dir_mode) when missing, or, with
+        dir_mode None, must exist."""
         self.actions.append(f"write {path} (mode {mode:04o})")
         if not self.check_mode:
-            os.makedirs(os.path.dirname(path) or ".", mode=dir_mode, exist_ok=True)
+            if dir_mode is not None:
+                os.makedirs(os.path.dirname(path) or ".", mode=dir_mode, exist_ok=True)
             write_atomically(path, content, mode)
+
+    def open_write(self, path: str, flags: int, mode: int = 0o644) -> int | None:
+        """A file descriptor for data written in bulk (a payload's bytes by ranges, a database
+        backup) that does not pass through one string: os.open(path, flags, mode), recorded.
+        In check mode nothing is opened or created, and the answer is None."""
+        self.actions.append(f"open {path} (mode {mode:04o})")
+        if self.check_mode:
+            return None
+        return os.open(path, flags, mode)
 
     def makedirs(self, path: str, mode: int = 0o755) -> None:
         self.actions.append(f"mkdir {path}")
@@ -53,9 +75,11 @@ class Host:
         if not self.check_mode:
             os.replace(path, destination)
 
-    def remove(self, path: str) -> None:
+    def remove(self, path: str, missing_ok: bool = True) -> None:
+        """Unlink a file; one already gone is fine, unless missing_ok is False (then the name is
+        unlinked whatever it is, a dangling link included, and a missing one raises)."""
         self.actions.append(f"remove {path}")
-        if not self.check_mode and os.path.exists(path):
+        if not self.check_mode and (not missing_ok or os.path.exists(path)):
             os.unlink(path)
 
     def hardlink(self, source: str, destination: str) -> None:
