@@ -57,7 +57,7 @@ class HostileHub:
                 if len(owner.requests) > REQUEST_BUDGET:
                     self._send(500, {"Content-Length": "6"}, b"budget")
                     return
-                path, _, query = self.path.partition("?")
+                path, _sep, query = self.path.partition("?")
                 if path == f"/api/models/{REPO}/revision/main":
                     body = json.dumps({"sha": COMMIT}).encode()
                     self._send(200, {"Content-Type": "application/json", "Content-Length": str(len(body))}, body)

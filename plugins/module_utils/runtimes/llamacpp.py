@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, kv_law, placement, rules
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_from_dict  # noqa: F401  (re-exported for callers)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import (
     BudgetResult,
     DeviceLedger,
