@@ -348,14 +348,52 @@ def _rocm_bytes(card: dict, key: str, name: str) -> int | None:
     return _bounded_int(str(value), f"{name} {key!r}", "rocm-smi", MAX_MEMORY_BYTES)
 
 
-def _amd_pools(gfx: str | None, vram_total: int | None, vram_used: int | None, gtt_total: int | None, gtt_used: int | None):
-    """(integrated, pool, usable, usable_free) by the iGPU pool law."""
+def _amd_device(
+    index: int,
+    ordinal: int,
+    name: str,
+    gfx: str | None,
+    memory: tuple[int | None, int | None, int | None, int | None],
+    source: str,
+    pci_bus: str | None,
+    link: tuple[int | None, int | None, int | None, int | None] = (None, None, None, None),
+) -> DeviceFacts:
+    """One AMD device; memory = (vram total, vram used, gtt total, gtt used), link = PCIe (gen
+    current, gen max, width current, width max). The iGPU pool law: an integrated GPU whose GTT
+    pool is larger than its carve-out allocates from the GTT pool, never from their sum."""
+    vram_total, vram_used, gtt_total, gtt_used = memory
     integrated = bool(gfx) and gfx in INTEGRATED_GFX
     vram_free = _minus(vram_total, vram_used)
     gtt_free = _minus(gtt_total, gtt_used)
     if integrated and gtt_total is not None and (vram_total is None or gtt_total > vram_total):
-        return integrated, "gtt", gtt_total, gtt_free
-    return integrated, "vram", vram_total, vram_free
+        pool, usable, usable_free = "gtt", gtt_total, gtt_free
+    else:
+        pool, usable, usable_free = "vram", vram_total, vram_free
+    return DeviceFacts(
+        index=index,
+        name=name[:120],
+        vendor="amd",
+        backend=f"ROCm{ordinal}",
+        total_bytes=vram_total,
+        used_bytes=vram_used,
+        free_bytes=vram_free,
+        driver_reserved_bytes=None,
+        architecture=gfx,
+        compute_capability=None,
+        integrated=integrated,
+        memory_pool=pool,
+        usable_bytes=usable,
+        usable_free_bytes=usable_free,
+        gtt_total_bytes=gtt_total,
+        gtt_free_bytes=gtt_free,
+        pcie_gen_current=link[0],
+        pcie_gen_max=link[1],
+        pcie_width_current=link[2],
+        pcie_width_max=link[3],
+        uuid=None,
+        pci_bus=pci_bus,
+        source=source,
+    )
 
 
 def parse_rocm_smi(text: str) -> list[DeviceFacts]:
@@ -389,36 +427,10 @@ def parse_rocm_smi(text: str) -> list[DeviceFacts]:
         gfx = str(card.get("GFX Version") or "").strip().lower() or None
         if gfx is not None and not re.match(r"^gfx[0-9a-f]{3,4}$", gfx):
             gfx = None
-        integrated, pool, usable, usable_free = _amd_pools(gfx, vram_total, vram_used, gtt_total, gtt_used)
         series = str(card.get("Card Series") or "").strip()
         name = series if series and series.upper() != "N/A" else str(card.get("Card SKU") or f"AMD GPU card{index}").strip()
-        devices.append(
-            DeviceFacts(
-                index=index,
-                name=name[:120],
-                vendor="amd",
-                backend=f"ROCm{ordinal}",
-                total_bytes=vram_total,
-                used_bytes=vram_used,
-                free_bytes=_minus(vram_total, vram_used),
-                driver_reserved_bytes=None,
-                architecture=gfx,
-                compute_capability=None,
-                integrated=integrated,
-                memory_pool=pool,
-                usable_bytes=usable,
-                usable_free_bytes=usable_free,
-                gtt_total_bytes=gtt_total,
-                gtt_free_bytes=_minus(gtt_total, gtt_used),
-                pcie_gen_current=None,
-                pcie_gen_max=None,
-                pcie_width_current=None,
-                pcie_width_max=None,
-                uuid=None,
-                pci_bus=str(card["PCI Bus"]).strip()[:32] if card.get("PCI Bus") else None,
-                source="rocm-smi",
-            )
-        )
+        bus = str(card["PCI Bus"]).strip()[:32] if card.get("PCI Bus") else None
+        devices.append(_amd_device(index, ordinal, name, gfx, (vram_total, vram_used, gtt_total, gtt_used), "rocm-smi", bus))
     return devices
 
 
@@ -534,38 +546,18 @@ def parse_amd_sysfs(root: str = "/sys") -> list[DeviceFacts]:
         gtt_total, gtt_used = mem("mem_info_gtt_total"), mem("mem_info_gtt_used")
         minor = _render_minor(device)
         gfx = gfx_from_target_version(targets[minor]) if minor is not None and minor in targets else None
-        integrated, pool, usable, usable_free = _amd_pools(gfx, vram_total, vram_used, gtt_total, gtt_used)
         device_id = (_read(os.path.join(device, "device")) or "").lower()
         product = _read(os.path.join(device, "product_name"))
         name = product or f"AMD {gfx or 'GPU'} [{device_id or 'unknown'}]"
         bus = os.path.basename(os.path.realpath(device))
-        devices.append(
-            DeviceFacts(
-                index=index,
-                name=name[:120],
-                vendor="amd",
-                backend=f"ROCm{ordinal}",
-                total_bytes=vram_total,
-                used_bytes=vram_used,
-                free_bytes=_minus(vram_total, vram_used),
-                driver_reserved_bytes=None,
-                architecture=gfx,
-                compute_capability=None,
-                integrated=integrated,
-                memory_pool=pool,
-                usable_bytes=usable,
-                usable_free_bytes=usable_free,
-                gtt_total_bytes=gtt_total,
-                gtt_free_bytes=_minus(gtt_total, gtt_used),
-                pcie_gen_current=_link_gen(os.path.join(device, "current_link_speed")),
-                pcie_gen_max=_link_gen(os.path.join(device, "max_link_speed")),
-                pcie_width_current=_sysfs_int(os.path.join(device, "current_link_width"), MAX_PCIE_WIDTH),
-                pcie_width_max=_sysfs_int(os.path.join(device, "max_link_width"), MAX_PCIE_WIDTH),
-                uuid=None,
-                pci_bus=bus if re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", bus) else None,
-                source="sysfs",
-            )
+        link = (
+            _link_gen(os.path.join(device, "current_link_speed")),
+            _link_gen(os.path.join(device, "max_link_speed")),
+            _sysfs_int(os.path.join(device, "current_link_width"), MAX_PCIE_WIDTH),
+            _sysfs_int(os.path.join(device, "max_link_width"), MAX_PCIE_WIDTH),
         )
+        pci_bus = bus if re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", bus) else None
+        devices.append(_amd_device(index, ordinal, name, gfx, (vram_total, vram_used, gtt_total, gtt_used), "sysfs", pci_bus, link))
     return devices
 
 
