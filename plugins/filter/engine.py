@@ -9,6 +9,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import reconcile_devices
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, bind_policy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import ArgvError, engine_argv, parse_boot_log, parse_shape, prices_on_controller
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
@@ -50,6 +51,19 @@ def _boot_ledger(text: str) -> dict[str, Any]:
     return parse_boot_log(text).as_dict()
 
 
+def _endpoint_devices(typed: Any, discovered: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The devices the budget prices on: typed, discovered (`discover`), or typed and checked
+    against what the host reported."""
+    if not discovered:
+        if typed == "discover":
+            raise AnsibleFilterError("endpoint_devices: discover needs the host's GPU facts, and gpu_facts reported none; type the devices instead")
+        return typed
+    try:
+        return reconcile_devices(typed, discovered)
+    except ShapeError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 def _prices_on_controller(shape: Any) -> bool:
     return prices_on_controller(shape)
 
@@ -60,6 +74,7 @@ class FilterModule:
             "shape": _shape,
             "engine_argv": _engine_argv,
             "prices_on_controller": _prices_on_controller,
+            "endpoint_devices": _endpoint_devices,
             "client_window": _client_window,
             "boot_ledger": _boot_ledger,
             "bind_policy": _bind_policy,

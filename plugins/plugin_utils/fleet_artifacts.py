@@ -38,7 +38,7 @@ class EndpointFacts:
     host: str
     address: str  # where Prometheus and clients reach the host
     shape: dict[str, Any]  # as the inventory writes it (the runbook quotes it so)
-    devices: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[dict[str, Any]] | str = field(default_factory=list)  # or "discover"
     boots: list[dict[str, Any]] = field(default_factory=list)  # stored boot ledgers, oldest first
     payload_dir: str = ""
     api_key_env: str = ""  # the clients' variable for the endpoint's key; empty when it has none
@@ -162,6 +162,8 @@ def price_on_controller(facts: EndpointFacts) -> tuple[BudgetResult | None, str]
                 None,
                 "not priced on the controller: the model's header is only on the host and no boot is recorded yet (deploy once, or give model_geometry)",
             )
+    if facts.devices == "discover":
+        return None, "not priced on the controller: endpoint_devices is discover (the host's own GPU tools name the devices)"
     try:
         return price_shape(shape, facts.devices, payload_dir, boots=facts.boots), source
     except (ShapeError, GGUFError, OSError) as exc:

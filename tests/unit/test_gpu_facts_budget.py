@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import reconcile_devices
 from ansible_collections.frank.llm_fleet.plugins.module_utils.devices.gpu_facts import budget_devices, parse_nvidia_smi
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu_facts"
 MIB = 1 << 20
@@ -44,3 +48,26 @@ def test_the_same_shape_at_bf16_fits_the_discovered_card():
     shape = {**VLLM, "kv_cache_dtype": "bf16", "calibration": [{**VLLM["calibration"][0], "kv_dtype": "bf16", "tokens": 32768}]}
     result = price_shape(shape, discovered("rtx3090_sm86.csv"))
     assert result.fits, [v.message for v in result.verdicts if not v.ok]
+
+
+def test_discover_takes_what_the_host_reports():
+    host = discovered("rtx3090_sm86.csv")
+    assert reconcile_devices("discover", host) == host
+
+
+def test_a_typed_list_that_agrees_with_the_host_is_kept():
+    typed = [{"name": "cuda0", "memory": "24 GiB", "arch": "sm_86"}]
+    assert reconcile_devices(typed, discovered("rtx3090_sm86.csv")) == typed
+
+
+@pytest.mark.parametrize(
+    ("typed", "message"),
+    [
+        ([{"name": "cuda0", "memory": "32 GiB"}], r"endpoint_devices\[0\]\.memory: 32,768 MiB typed for cuda0, but the host reports 24,576 MiB"),
+        ([{"name": "cuda0", "memory": "24 GiB", "arch": "sm_89"}], r"endpoint_devices\[0\]\.arch: sm_89 typed .* the host reports sm_86"),
+        ([{"name": "a", "memory": "24 GiB"}, {"name": "b", "memory": "24 GiB"}], r"2 device\(s\) typed, but the host reports 1"),
+    ],
+)
+def test_a_typed_list_that_disagrees_with_the_host_is_refused(typed, message):
+    with pytest.raises(ShapeError, match=message):
+        reconcile_devices(typed, discovered("rtx3090_sm86.csv"))

@@ -139,6 +139,35 @@ def devices_from(spec: Any) -> list[DeviceLedger]:
     return out
 
 
+# A typed size and what the host's tool reports may differ by rounding (GiB in the inventory, MiB
+# from nvidia-smi); past this the inventory describes another card.
+DEVICE_AGREEMENT = 0.03
+
+
+def reconcile_devices(typed: Any, discovered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The devices to price on when the host's own tools have been read (devices/gpu_facts.py):
+    `endpoint_devices: discover` takes what the host reports; a typed list is kept (its names are
+    the operator's) only where it agrees with the host: the same count, each size within
+    DEVICE_AGREEMENT of what the host reports, and the same architecture where both name one."""
+    if typed == "discover" or not typed:
+        return list(discovered)
+    mine, host = devices_from(typed), devices_from(discovered)
+    if len(mine) != len(host):
+        names = ", ".join(f"{d.name} {d.capacity / MIB:,.0f} MiB" for d in host)
+        raise ShapeError(
+            f"endpoint_devices: {len(mine)} device(s) typed, but the host reports {len(host)} ({names}); fix the list or set endpoint_devices: discover"
+        )
+    for index, (own, seen) in enumerate(zip(mine, host)):
+        if abs(own.capacity - seen.capacity) > DEVICE_AGREEMENT * seen.capacity:
+            raise ShapeError(
+                f"endpoint_devices[{index}].memory: {own.capacity / MIB:,.0f} MiB typed for {own.name}, but the host reports "
+                f"{seen.capacity / MIB:,.0f} MiB for {seen.name}; fix the size or set endpoint_devices: discover"
+            )
+        if own.arch and seen.arch and own.arch != seen.arch:
+            raise ShapeError(f"endpoint_devices[{index}].arch: {own.arch} typed for {own.name}, but the host reports {seen.arch}; fix the arch")
+    return list(typed)
+
+
 # --- rules shared by both runtimes ------------------------------------------------------------
 
 
