@@ -2,11 +2,11 @@
 
 A runtime is one driver in plugins/module_utils/runtimes/ (registry.py names them); every other
 file reaches a runtime's knowledge through the driver's interface. This test reads every Python
-file under plugins/ (and the roles' task, default and template files) and fails on:
+file under plugins/ (and the roles' and playbooks' YAML and template files) and fails on:
 - a string literal equal to a registered runtime's name (a comparison, a table key, a loop), or
   one of its metric namespace (`llamacpp:...`: the driver names its series),
 - a reference to a runtime's shape class or driver class by name,
-- a role expression comparing `runtime` with a literal.
+- a role or playbook expression comparing `runtime` with a literal.
 Help texts and docstrings are prose, not branches: only whole-string literals count.
 """
 
@@ -59,7 +59,7 @@ _ROLE_BRANCH = re.compile(r"runtime\s*(?:\|\s*default\([^)]*\)\s*)?(?:==|!=|\bin
 
 def branches_in_roles(names: set[str]) -> list[str]:
     found = []
-    for path in sorted((ROOT / "roles").rglob("*")):
+    for path in sorted([*(ROOT / "roles").rglob("*"), *(ROOT / "playbooks").rglob("*")]):
         if not path.is_file() or path.suffix not in (".yml", ".yaml", ".j2"):
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
