@@ -17,7 +17,12 @@ description:
     and new runtime, launch and unit); "refused by a gate (GATE)" with the gate's message (GATE is
     budget, payload, preflight, digest, ownership, health or probe); "rolled back" (the new shape
     failed, the last-known-good one serves again); "unreachable"; and "pending" for every endpoint
-    the run never reached because it stopped at an earlier one.
+    the run never reached because it stopped at an earlier one; "started" (a stopped or failed unit
+    started again, its shape unchanged); "not reached" (the fleet skipped it, because an endpoint
+    it depends on failed).
+  - Under the endpoints, every play of the run (the companions' included) with its outcome - ok,
+    changed, failed (each failed host with the task and its message), unreachable, no hosts, or
+    not reached (the run stopped before the play). A failed argument validation names the fields.
   - With C(--check --diff) the table is the deploy plan - what the real run would do - and
     nothing changes.
   - The verdicts come from the endpoint_deploy task's result (C(steps) engine, unit, probe, record,
@@ -41,7 +46,7 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_plan import DEPLOY_ACTION, DeployPlan, render
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_plan import DEPLOY_ACTION, NOT_REACHED_FACT, DeployPlan, render
 
 ENDPOINT_GROUP = "llm_endpoints"
 
@@ -60,7 +65,16 @@ class CallbackModule(CallbackBase):
         super().__init__(*args, **kwargs)
         self.plan = DeployPlan()
 
+    def v2_playbook_on_start(self, playbook: Any) -> None:
+        # Every play of the run (imports expanded), so a play the run never reached is listed too.
+        try:
+            plays = playbook.get_plays()
+        except AttributeError:
+            return
+        self.plan.expect_plays([(str(play._uuid), play.get_name()) for play in plays])
+
     def v2_playbook_on_play_start(self, play: Any) -> None:
+        self.plan.play_started(str(getattr(play, "_uuid", id(play))), play.get_name())
         # Every endpoint the play will walk, so the ones a stopped run never reaches are listed too.
         inventory = getattr(play.get_variable_manager(), "_inventory", None)
         if inventory is None:
@@ -68,19 +82,30 @@ class CallbackModule(CallbackBase):
         hosts = inventory.get_hosts(play.hosts, order=play.order)
         self.plan.expect([host.name for host in hosts if _is_endpoint(host)])
 
+    def v2_playbook_on_no_hosts_matched(self) -> None:
+        self.plan.play_had_no_hosts()
+
     def v2_runner_on_ok(self, result: Any) -> None:
         task = result.task
+        name = result.host.get_name()
+        self.plan.task_ok(name, bool(result.result.get("changed")))
         if task.resolved_action == DEPLOY_ACTION and not task.args.get("restore"):
-            self.plan.deployed(result.host.get_name(), result.result)
+            self.plan.deployed(name, result.result)
+        why = (result.result.get("ansible_facts") or {}).get(NOT_REACHED_FACT)
+        if why and _is_endpoint(result.host):
+            self.plan.not_reached(name, str(why))
 
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
-        if ignore_errors or not _is_endpoint(result.host):
+        if ignore_errors:
             return
         task = result.task
         action = task.resolved_action or task.action
-        self.plan.failed(result.host.get_name(), action, task.get_path() or "", task.get_name(), result.result)
+        self.plan.task_failed(result.host.get_name(), task.get_path() or "", task.get_name(), action, result.result)
+        if _is_endpoint(result.host):
+            self.plan.failed(result.host.get_name(), action, task.get_path() or "", task.get_name(), result.result)
 
     def v2_runner_on_unreachable(self, result: Any) -> None:
+        self.plan.task_unreachable(result.host.get_name(), result.result)
         if _is_endpoint(result.host):
             self.plan.unreachable(result.host.get_name(), result.result)
 
@@ -88,4 +113,4 @@ class CallbackModule(CallbackBase):
         if not self.plan.has_news() or "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK")):
             return
         self._display.banner("DEPLOY PLAN" if context.CLIARGS.get("check") else "DEPLOY RESULT")
-        self._display.display(render(self.plan.rows(), bool(context.CLIARGS.get("check"))))
+        self._display.display(render(self.plan.rows(), bool(context.CLIARGS.get("check")), self.plan.play_rows()))

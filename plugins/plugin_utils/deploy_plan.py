@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 UNCHANGED = "unchanged"
 NEW = "new endpoint (install)"
 RESTART = "shape change (restart)"
+STARTED = "started"
 COSMETIC = "cosmetic change (no restart)"
 SWAP = "runtime swap"
 REFUSED = "refused by a gate"
@@ -29,7 +30,16 @@ ROLLED_BACK = "rolled back"
 RESTORED = "restored (last-known-good)"
 UNREACHABLE = "unreachable"
 PENDING = "pending"
+NOT_REACHED = "not reached"
 NOT_DEPLOYED = "not deployed"
+
+# A play's outcome (every play of the run, the companions' included).
+PLAY_OK = "ok"
+PLAY_CHANGED = "changed"
+PLAY_FAILED = "failed"
+PLAY_UNREACHABLE = "unreachable"
+PLAY_NO_HOSTS = "no hosts"
+PLAY_NOT_REACHED = "not reached"
 
 DEPLOY_ACTION = "frank.llm_fleet.endpoint_deploy"
 GATE_OF_ACTION = {
@@ -37,6 +47,12 @@ GATE_OF_ACTION = {
     "frank.llm_fleet.hf_payload_gate": "payload",
 }
 PREFLIGHT_FILE = "preflight.yml"
+VALIDATE_ACTIONS = ("ansible.builtin.validate_argument_spec", "validate_argument_spec")
+# The fleet's own bookkeeping tasks (roles/endpoint/tasks/fleet_*.yml): the failure they record,
+# or the run's final verdict, is not a new outcome of the endpoint.
+BOOKKEEPING_FILES = ("fleet_failed.yml", "fleet_verdict.yml")
+# The fact roles/endpoint/tasks/fleet_blocked.yml sets on an endpoint skipped for a failed dependency.
+NOT_REACHED_FACT = "__fleet_not_reached"
 # endpoint_deploy's failure results carry the gate's own evidence: the key names the gate.
 GATE_OF_DEPLOY_KEY = (("expected_digest", "digest"), ("foreign_pid", "ownership"), ("health", "health"))
 PROBE_MESSAGES = ("smoke probe", "tool-call probe", "image probe")
@@ -54,6 +70,19 @@ def _first_line(message: Any) -> str:
     text = str(message or "").strip().splitlines()
     line = text[0] if text else ""
     return line if len(line) <= DETAIL_CHARS else line[: DETAIL_CHARS - 3] + "..."
+
+
+def failure_detail(action: str, result: Mapping[str, Any]) -> str:
+    """The failure's message; an argument validation names every field it refused (its first line
+    alone reads "Validation of arguments failed:")."""
+    errors = result.get("argument_errors")
+    if isinstance(errors, list) and errors:
+        text = "; ".join(" ".join(str(error).split()) for error in errors)
+        return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 3] + "..."
+    lines = [line.strip() for line in str(result.get("msg") or "").strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return _first_line(" ".join(lines[:3]))
+    return _first_line(result.get("msg"))
 
 
 def _record_shapes(record_step: Mapping[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -105,6 +134,10 @@ def deploy_verdict(result: Mapping[str, Any]) -> tuple[str, str]:
         return SWAP, f"{retire['swap']} (old unit archived); {detail}"
     if before is not None and after is not None and _launch(before) != _launch(after):
         return SWAP, f"{_launch(before)} -> {_launch(after)}; {detail}"
+    # The unit step names a start of a stopped (or failed) unit whose file and env file were already
+    # what the shape renders: nothing about the shape changed.
+    if unit.get("started_from") and changed == ["unit"]:
+        return STARTED, f"the unit was {unit['started_from']}; shape unchanged"
     # The unit step says when a change was documentation only (rewritten and reloaded, no restart);
     # any other change of the unit or its env file restarts the engine.
     if unit.get("changed") and not unit.get("cosmetic"):
@@ -116,6 +149,8 @@ def failure_gate(action: str, task_path: str, task_name: str, result: Mapping[st
     """Which gate a failed task is."""
     if action in GATE_OF_ACTION:
         return GATE_OF_ACTION[action]
+    if action in VALIDATE_ACTIONS:
+        return "argument_specs"
     if action == DEPLOY_ACTION:
         for key, gate in GATE_OF_DEPLOY_KEY:
             if key in result:
@@ -128,28 +163,104 @@ def failure_gate(action: str, task_path: str, task_name: str, result: Mapping[st
     return task_name.split(" : ", 1)[-1]  # without the "ROLE : " prefix
 
 
+def _is_bookkeeping(task_path: str) -> bool:
+    return task_path.split(":", 1)[0].endswith(tuple("/" + name for name in BOOKKEEPING_FILES))
+
+
+@dataclass
+class PlayOutcome:
+    """What one play did: its hosts' failures (first one kept as the detail), unreachables, changes."""
+
+    name: str
+    started: bool = False
+    no_hosts: bool = False
+    changed: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    def row(self) -> Row:
+        if not self.started:
+            return Row(self.name, PLAY_NOT_REACHED, "the run stopped before this play")
+        if self.no_hosts:
+            return Row(self.name, PLAY_NO_HOSTS, "")
+        if self.failed:
+            return Row(self.name, PLAY_FAILED, "; ".join(f"{host}: {why}" for host, why in self.failed.items()))
+        if self.unreachable:
+            return Row(self.name, PLAY_UNREACHABLE, "; ".join(f"{host}: {why}" for host, why in self.unreachable.items()))
+        if self.changed:
+            return Row(self.name, PLAY_CHANGED, ", ".join(sorted(self.changed)))
+        return Row(self.name, PLAY_OK, "")
+
+
 class DeployPlan:
-    """Endpoints in play order, and what the run did (or, in check mode, would do) to each."""
+    """Endpoints in play order, and what the run did (or, in check mode, would do) to each; and
+    every play of the run with its outcome."""
 
     def __init__(self) -> None:
         self.endpoints: list[str] = []
         self.outcomes: dict[str, Row] = {}
         self.stopped_at: str | None = None
+        self.plays: dict[str, PlayOutcome] = {}
+        self.current_play: str | None = None
 
     def expect(self, endpoints: list[str]) -> None:
         for name in endpoints:
             if name not in self.endpoints:
                 self.endpoints.append(name)
 
+    # --- plays ---------------------------------------------------------------------------------
+
+    def expect_plays(self, plays: list[tuple[str, str]]) -> None:
+        """(key, name) of every play of the playbook, in order, before any runs."""
+        for key, name in plays:
+            self.plays.setdefault(key, PlayOutcome(name))
+
+    def play_started(self, key: str, name: str) -> None:
+        outcome = self.plays.setdefault(key, PlayOutcome(name))
+        outcome.name, outcome.started, outcome.no_hosts = name or outcome.name, True, False
+        self.current_play = key
+
+    def play_had_no_hosts(self) -> None:
+        if self.current_play in self.plays and not self._play().changed and not self._play().failed:
+            self._play().no_hosts = True
+
+    def _play(self) -> PlayOutcome:
+        return self.plays.setdefault(self.current_play or "", PlayOutcome("(play)", started=True))
+
+    def task_ok(self, host: str, changed: bool) -> None:
+        if self.current_play is not None and changed:
+            self._play().changed.add(host)
+
+    def task_failed(self, host: str, task_path: str, task_name: str, action: str, result: Mapping[str, Any]) -> None:
+        if self.current_play is None:
+            return
+        why = failure_detail(action, result)
+        if _is_bookkeeping(task_path):
+            why = _first_line(result.get("msg"))
+        self._play().failed.setdefault(host, f"{task_name.split(' : ', 1)[-1]}: {why}")
+
+    def task_unreachable(self, host: str, result: Mapping[str, Any]) -> None:
+        if self.current_play is not None:
+            self._play().unreachable.setdefault(host, _first_line(result.get("msg")))
+
+    # --- endpoints -----------------------------------------------------------------------------
+
     def deployed(self, endpoint: str, result: Mapping[str, Any]) -> None:
         self.expect([endpoint])
         verdict, detail = deploy_verdict(result)
         self.outcomes[endpoint] = Row(endpoint, verdict, detail)
 
+    def not_reached(self, endpoint: str, why: str) -> None:
+        """The fleet skipped the endpoint on purpose (a dependency of it failed)."""
+        self.expect([endpoint])
+        self.outcomes[endpoint] = Row(endpoint, NOT_REACHED, _first_line(why))
+
     def failed(self, endpoint: str, action: str, task_path: str, task_name: str, result: Mapping[str, Any]) -> None:
+        if _is_bookkeeping(task_path):
+            return
         self.expect([endpoint])
         gate = failure_gate(action, task_path, task_name, result)
-        why = _first_line(result.get("msg"))
+        why = failure_detail(action, result)
         if action == DEPLOY_ACTION and result.get("rolled_back"):
             self.outcomes[endpoint] = Row(endpoint, ROLLED_BACK, f"{gate}: {why}")
         else:
@@ -173,22 +284,31 @@ class DeployPlan:
                 rows.append(Row(name, NOT_DEPLOYED, "no deploy task ran (tags or a condition)"))
         return rows
 
+    def play_rows(self) -> list[Row]:
+        return [outcome.row() for outcome in self.plays.values()]
+
     def has_news(self) -> bool:
         """Whether the run deployed or refused anything: other playbooks print no plan."""
         return bool(self.outcomes)
 
 
-def render(rows: list[Row], check_mode: bool) -> str:
-    """The table, with a count per verdict under it."""
-    title = "Deploy plan (check mode: nothing was changed)" if check_mode else "Deploy result"
-    header = Row("endpoint", "verdict", "detail")
+def _table(header: Row, rows: list[Row]) -> list[str]:
     width_name = max(len(row.endpoint) for row in [header, *rows])
     width_verdict = max(len(row.verdict) for row in [header, *rows])
-    lines = [title, ""]
-    for row in [header, *rows]:
-        lines.append(f"{row.endpoint:<{width_name}}  {row.verdict:<{width_verdict}}  {row.detail}".rstrip())
+    return [f"{row.endpoint:<{width_name}}  {row.verdict:<{width_verdict}}  {row.detail}".rstrip() for row in [header, *rows]]
+
+
+def _counts(rows: list[Row]) -> str:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.verdict] = counts.get(row.verdict, 0) + 1
-    lines += ["", ", ".join(f"{count} {verdict}" for verdict, count in counts.items())]
+    return ", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+
+
+def render(rows: list[Row], check_mode: bool, plays: list[Row] | None = None) -> str:
+    """The table, with a count per verdict under it; then every play's outcome, when given."""
+    title = "Deploy plan (check mode: nothing was changed)" if check_mode else "Deploy result"
+    lines = [title, "", *_table(Row("endpoint", "verdict", "detail"), rows), "", _counts(rows)]
+    if plays:
+        lines += ["", *_table(Row("play", "outcome", "detail"), plays), "", _counts(plays)]
     return "\n".join(lines)

@@ -4,7 +4,12 @@ the Debian mirror when missing) reads the settings the searxng role rendered, wi
 the lab's vault, and answers a JSON query from an engine pointed at a stub on the lab host.
 - the file is 0600, owned by the service user; the secret is in it and in no playbook output;
 - a rerun changes nothing and does not restart the service;
-- an unknown placeholder fails the deploy naming it and the file, and leaves the file as it was.
+- an unknown placeholder fails the deploy naming it and the file, and leaves the file as it was;
+- the service follows its state, not the settings' diff: a missing unit is installed (the lab's
+  inventory gives its content, searxng_unit) and started, a stopped one is started, with the
+  settings unchanged (a fleet run after this test's teardown once failed "Could not find the
+  requested service").
+The teardown leaves searx deployed as a fleet run on the lab expects it (only the stub stops).
 What differs from production (docs/companions.md): production runs the stock SearXNG image, whose
 kagi engine searx 1.1.0 does not have, so the lab renders without it."""
 
@@ -27,13 +32,6 @@ UNIT = "llm-fleet-lab-searx.service"
 STUB_UNIT = "llm-fleet-lab-searx-stub.service"
 VAULT = ROOT / "inventories" / "lab" / ".vault-pass.lab"
 LAB_SECRET = "lab-searx-secret-9c41e07b"  # inventories/lab/group_vars/searxng_services: vault_searxng_secret
-SEARX_UNIT = f"""[Unit]
-Description=searx 1.1.0 for the frank.llm_fleet lab
-[Service]
-User=searx
-Environment=SEARX_SETTINGS_PATH={SETTINGS}
-ExecStart=/usr/bin/python3 -m searx.webapp
-"""
 STUB_RESULTS = {"results": [{"url": "https://stub.invalid/answer", "title": "lab stub answer", "content": "from the stub engine"}]}
 
 
@@ -42,6 +40,12 @@ def remove_searx() -> None:
     on_host("rm", "-rf", f"/etc/systemd/system/{UNIT}", "/etc/llm-fleet-lab")
     on_host("systemctl", "daemon-reload")
     on_host("systemctl", "reset-failed", UNIT, STUB_UNIT, check=False)
+
+
+def stop_stub() -> None:
+    """The teardown: searx stays deployed (unit, settings, running), as a fleet run expects it."""
+    on_host("systemctl", "stop", STUB_UNIT, check=False)
+    on_host("systemctl", "reset-failed", STUB_UNIT, check=False)
 
 
 @pytest.fixture
@@ -54,11 +58,9 @@ def searx(request):
     on_host("sh", "-c", f"test -f {DEFAULTS} || cp {EXAMPLE} {DEFAULTS}")
     on_host("sh", "-c", "id searx >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin searx")
     remove_searx()
-    request.addfinalizer(remove_searx)
+    request.addfinalizer(stop_stub)
     on_host("mkdir", "-p", "/etc/llm-fleet-lab/searx", "/etc/llm-fleet-lab/stub")
     on_host("sh", "-c", f"cat > /etc/llm-fleet-lab/stub/results.json <<'EOF'\n{json.dumps(STUB_RESULTS)}\nEOF")
-    on_host("sh", "-c", f"cat > /etc/systemd/system/{UNIT} <<'EOF'\n{SEARX_UNIT}EOF")
-    on_host("systemctl", "daemon-reload")
     stub = ["python3", "-m", "http.server", "18889", "--bind", "127.0.0.1", "--directory", "/etc/llm-fleet-lab/stub"]
     on_host("systemd-run", f"--unit={STUB_UNIT}", *stub)
 
@@ -106,3 +108,23 @@ def test_searx_answers_from_the_rendered_settings_and_a_rerun_changes_nothing(tm
     assert any(f"{SETTINGS}: unresolved placeholders: ${{SEARXNG_ADMIN}} (not on the allowlist" in line for line in failures(out)), failures(out)
     assert on_host("sha256sum", SETTINGS) == before
     assert subprocess.run(["grep", "-rqF", "--", LAB_SECRET, str(ROOT / "docs")], check=False).returncode == 1
+
+
+def test_a_missing_or_stopped_unit_is_installed_and_started_whatever_the_settings_diff(tmp_path, searx):
+    rc, _stats, out = deploy(tmp_path)
+    assert rc == 0, failures(out) or out[-3000:]
+    # What the old teardown left: the unit gone, the settings as rendered.
+    on_host("systemctl", "stop", UNIT)
+    on_host("rm", "-f", f"/etc/systemd/system/{UNIT}")
+    on_host("systemctl", "daemon-reload")
+    rc, stats, out = deploy(tmp_path)
+    assert rc == 0, failures(out) or out[-3000:]
+    assert stats["changed"] > 0 and unit_property(UNIT, "ActiveState") == "active"
+    assert search("hello")["results"]
+    # Stopped, the settings unchanged: started again.
+    on_host("systemctl", "stop", UNIT)
+    rc, stats, out = deploy(tmp_path)
+    assert rc == 0 and stats["changed"] > 0, failures(out) or out[-3000:]
+    assert unit_property(UNIT, "ActiveState") == "active"
+    rc, stats, out = deploy(tmp_path)
+    assert rc == 0 and stats["changed"] == 0, failures(out) or out[-3000:]

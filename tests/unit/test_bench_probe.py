@@ -5,12 +5,16 @@ stand-in server speaking the streamed chat-completions protocol."""
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import Arm, render_bench_table, run_bench
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import (
     ProbeError,
+    busy_from_metrics,
+    busy_from_slots,
+    check_parallel,
     decoding_together,
     find_refusal_boundary,
     window_from_refusal,
@@ -126,3 +130,111 @@ def test_probe_says_so_when_nothing_is_refused(stand_in):
 def test_endpoint_url_must_be_http():
     with pytest.raises(ApiError, match="not an http"):
         stream_chat(Endpoint("ftp://example.invalid/x"), {})
+
+
+class SlotEngine(BaseHTTPRequestHandler):
+    """An engine with `slots` slots that reports them as llama.cpp does (/slots, is_processing) or
+    on /metrics (report = "metrics"), or not at all (report = "none"). A request beyond the slots
+    waits for one. Each stream's first token comes `delays[i]` seconds after it was admitted: a
+    late first token is what a busy client machine sees, while the engine serves both at once."""
+
+    slots = 2
+    report = "slots"
+    delays: ClassVar[list[float]] = []
+    lock = threading.Lock()
+    busy = 0
+    arrivals = 0
+    free = threading.Semaphore(2)
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        cls = type(self)
+        if self.path == "/slots" and cls.report == "slots":
+            body = json.dumps([{"id": i, "is_processing": i < cls.busy} for i in range(cls.slots)]).encode()
+        elif self.path == "/metrics" and cls.report == "metrics":
+            body = f"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing {cls.busy}\n".encode()
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        import time
+
+        cls = type(self)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with cls.lock:
+            index = cls.arrivals
+            cls.arrivals += 1
+        cls.free.acquire()
+        with cls.lock:
+            cls.busy += 1
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            time.sleep(cls.delays[index] if index < len(cls.delays) else 0.0)
+            for i in range(10):
+                self.wfile.write(b"data: " + json.dumps({"choices": [{"delta": {"content": f"t{i} "}}]}).encode() + b"\n\n")
+                self.wfile.flush()
+                time.sleep(0.05)
+            self.wfile.write(b"data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 10}}).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+        finally:
+            with cls.lock:
+                cls.busy -= 1
+            cls.free.release()
+
+
+@pytest.fixture
+def slot_engine():
+    def start(slots=2, report="slots", delays=()):
+        SlotEngine.slots, SlotEngine.report, SlotEngine.delays = slots, report, list(delays)
+        SlotEngine.busy, SlotEngine.arrivals, SlotEngine.free = 0, 0, threading.Semaphore(slots)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), SlotEngine)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return endpoint_of(server)
+
+    servers = []
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+def test_parallel_is_judged_by_the_engines_busy_slots_not_the_clients_clock(slot_engine):
+    # The second stream's first token comes 0.6 s late (past the half-way mark of the first's
+    # 0.5 s decode, as on a loaded machine): the wall clock calls it queued, the engine's /slots
+    # says both slots served at once.
+    check = check_parallel(slot_engine(delays=[0.0, 0.6]), "m", 2)
+    assert check.max_decoding_at_once == 2 and check.parallel
+    assert check.source == "/slots" and check.samples > 0
+
+
+def test_parallel_sees_a_third_request_queue_on_two_slots(slot_engine):
+    check = check_parallel(slot_engine(slots=2), "m", 3)
+    assert check.max_decoding_at_once == 2 and not check.parallel
+
+
+def test_parallel_reads_the_in_flight_gauge_without_slots(slot_engine):
+    check = check_parallel(slot_engine(slots=1, report="metrics"), "m", 2)
+    assert check.max_decoding_at_once == 1 and check.source == "/metrics llamacpp:requests_processing"
+
+
+def test_parallel_refuses_an_engine_that_reports_no_busy_count(slot_engine):
+    with pytest.raises(ProbeError, match="reports no busy count"):
+        check_parallel(slot_engine(report="none"), "m", 2)
+
+
+def test_busy_counts_from_slots_and_metrics():
+    assert busy_from_slots(b'[{"is_processing": true}, {"is_processing": false}]') == 1
+    assert busy_from_slots(b'{"error": "not supported"}') is None
+    vllm = 'vllm:num_requests_running{model_name="m"} 2.0\nvllm:num_requests_waiting{model_name="m"} 1.0\n'
+    assert busy_from_metrics(vllm) == ("vllm:num_requests_running", 2)
+    assert busy_from_metrics("other 1\n") is None

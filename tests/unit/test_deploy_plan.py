@@ -192,8 +192,13 @@ class Play:
     hosts = "llm_endpoints"
     order = "inventory"
 
-    def __init__(self, hosts):
+    def __init__(self, hosts, name="Deploy llm_endpoints", uuid=None):
         self.variable_manager = VariableManager(hosts)
+        self.name = name
+        self._uuid = uuid or name
+
+    def get_name(self):
+        return self.name
 
     def get_variable_manager(self):
         return self.variable_manager
@@ -245,3 +250,83 @@ def test_the_callback_is_silent_for_a_run_that_deployed_nothing_and_under_a_json
     monkeypatch.setattr(callback.C.config, "get_config_value", lambda name: "ansible.builtin.json" if name == "DEFAULT_STDOUT_CALLBACK" else None)
     plan_callback.v2_playbook_on_stats(None)
     assert plan_callback._display.lines == []
+
+
+class Playbook:
+    def __init__(self, plays):
+        self.plays = plays
+
+    def get_plays(self):
+        return self.plays
+
+
+def test_a_stopped_unit_started_with_its_shape_unchanged_is_started_not_a_shape_change():
+    assert deploy_verdict(steps("unit", unit={"restarted": True, "started_from": "inactive"})) == ("started", "the unit was inactive; shape unchanged")
+    # A start that came with a changed file is still a shape change.
+    assert deploy_verdict(steps("engine", "unit", unit={"started_from": "failed"}))[0] == "shape change (restart)"
+
+
+def test_a_validation_failure_names_its_fields():
+    plan = DeployPlan()
+    errors = ["endpoint_shape.ctx_sise. Supported parameters include: ctx_size, ..."]
+    result = {"msg": "Validation of arguments failed:\n" + errors[0], "argument_errors": errors, "failed": True}
+    name = "endpoint : Validating arguments against arg spec main"
+    plan.failed("frank-secondary", "ansible.builtin.validate_argument_spec", f"{ROLE}/main.yml:1", name, result)
+    row = plan.rows()[0]
+    assert row.verdict == "refused by a gate (argument_specs)"
+    assert row.detail.startswith("endpoint_shape.ctx_sise") and row.detail != "Validation of arguments failed:"
+
+
+def test_every_play_is_listed_a_failed_companion_too_and_the_plays_never_reached(plan_callback):
+    relay = Host("webhook-relay", groups=("webhook_relays",))
+    searx = Host("searxng", groups=("searxng_services",))
+    plays = [
+        Play([Host("frank-primary"), Host("frank-secondary")], "Deploy llm_endpoints"),
+        Play([relay], "Deploy the webhook relay"),
+        Play([searx], "Deploy the search settings"),
+        Play([], "Deploy the homepage"),
+    ]
+    plan_callback.v2_playbook_on_start(Playbook(plays))
+    plan_callback.v2_playbook_on_play_start(plays[0])
+    plan_callback.v2_runner_on_ok(Result(Host("frank-primary"), Task(DEPLOY), steps()))
+    plan_callback.v2_runner_on_ok(Result(Host("frank-secondary"), Task(DEPLOY), steps()))
+    plan_callback.v2_playbook_on_play_start(plays[1])
+    install = Task("ansible.builtin.copy", "/r/webhook_relay/tasks/present.yml:3", "webhook_relay : Install")
+    plan_callback.v2_runner_on_ok(Result(relay, install, {"changed": True}))
+    plan_callback.v2_playbook_on_play_start(plays[2])
+    failure = {"msg": "Could not find the requested service llm-fleet-lab-searx.service: host"}
+    restart = Task("ansible.builtin.systemd_service", "/r/searxng/tasks/main.yml:9", "searxng : Restart the search service")
+    plan_callback.v2_runner_on_failed(Result(searx, restart, failure))
+    plan_callback.v2_playbook_on_stats(None)
+    lines = plan_callback._display.lines
+    # Today's run ended rc=2 with a table reading "2 unchanged": the failed companion play is named.
+    assert "2 unchanged" in lines
+    assert lines[lines.index("2 unchanged") + 2 :] == [
+        "play                        outcome      detail",
+        "Deploy llm_endpoints        ok",
+        "Deploy the webhook relay    changed      webhook-relay",
+        "Deploy the search settings  failed       searxng: Restart the search service: Could not find the requested service llm-fleet-lab-searx.service: host",
+        "Deploy the homepage         not reached  the run stopped before this play",
+        "",
+        "1 ok, 1 changed, 1 failed, 1 not reached",
+    ]
+
+
+def test_a_rolled_back_endpoint_and_one_skipped_for_it_and_the_bookkeeping_failure(plan_callback):
+    primary, secondary, large = Host("frank-primary"), Host("frank-secondary"), Host("frank-large")
+    plan_callback.v2_playbook_on_play_start(Play([primary, secondary, large]))
+    rolled = {"msg": "the new shape failed (health: unit exited). The last-known-good shape is serving again.", "rolled_back": True, "health": {}}
+    plan_callback.v2_runner_on_failed(Result(primary, Task(DEPLOY), rolled))
+    # The endpoint that depends on frank-primary is skipped, the next one deploys.
+    fact = {"ansible_facts": {"__fleet_not_reached": "depends on frank-primary, which failed"}, "changed": False}
+    plan_callback.v2_runner_on_ok(Result(secondary, Task("ansible.builtin.set_fact", f"{ROLE}/fleet_blocked.yml:3"), fact))
+    plan_callback.v2_runner_on_ok(Result(large, Task(DEPLOY), steps("unit", "record")))
+    # The run's verdict at the end fails the endpoint's host again: not a new outcome.
+    plan_callback.v2_runner_on_failed(Result(primary, Task("ansible.builtin.fail", f"{ROLE}/fleet_verdict.yml:2"), {"msg": "frank-primary failed"}))
+    plan_callback.v2_playbook_on_stats(None)
+    lines = plan_callback._display.lines
+    assert lines[4:7] == [
+        "frank-primary    rolled back             health: the new shape failed (health: unit exited). The last-known-good shape is serving again.",
+        "frank-secondary  not reached             depends on frank-primary, which failed",
+        "frank-large      shape change (restart)  changed: unit, record",
+    ]

@@ -147,6 +147,9 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
             restart_began = time.monotonic()
             manager.systemctl("start", name)
             result["changed"] = result["restarted"] = True
+            if not (content_changed or restart):
+                # Only the unit's state was off (stopped, failed, never started): the shape is the same.
+                result["started_from"] = props.get("ActiveState") or "inactive"
         else:
             restarts_before = int(props.get("NRestarts", "0") or 0)  # unchanged and running
         if health:

@@ -4,12 +4,19 @@
 
 - refusal boundary: an oversized prompt is refused before prefill, and the refusal names the
   window (llama.cpp: `n_ctx`, the per-slot window; vLLM: `maximum context length is N tokens`);
-- parallel serving: N streams at once must decode at the same time, not queue;
+- parallel serving: N streams at once must decode at the same time, not queue, as the engine
+  itself reports it (its busy slots on /slots, else its in-flight gauge on /metrics), sampled
+  while the streams run; the client's wall clock only describes the streams (a busy client
+  machine delays its own reads, not the engine's slots);
 - decode at depth: decode speed with the context already holding D tokens.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
+import re
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,15 +57,24 @@ class Boundary:
 @dataclass
 class ParallelCheck:
     requested: int
-    max_decoding_at_once: int
+    max_decoding_at_once: int  # the most requests the engine reported busy at one sample
     streams: list[dict[str, Any]] = field(default_factory=list)
+    source: str = ""  # where the busy count came from: "/slots" or "/metrics NAME"
+    samples: int = 0
 
     @property
     def parallel(self) -> bool:
         return self.max_decoding_at_once >= self.requested
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requested": self.requested, "max_decoding_at_once": self.max_decoding_at_once, "parallel": self.parallel, "streams": self.streams}
+        return {
+            "requested": self.requested,
+            "max_decoding_at_once": self.max_decoding_at_once,
+            "parallel": self.parallel,
+            "source": self.source,
+            "samples": self.samples,
+            "streams": self.streams,
+        }
 
 
 def _salted(chars: int) -> str:
@@ -109,17 +125,106 @@ def find_refusal_boundary(
 
 def decoding_together(intervals: list[tuple[float, float]]) -> int:
     """How many streams got their first token while the earliest stream was still in the first
-    half of its decode. A queued stream starts only after a slot frees, so it falls outside;
-    the half-way mark leaves room for the client reading a finished stream's tail late."""
+    half of its decode, by the client's clock. Descriptive only: check_parallel judges by the
+    engine's own busy count, since a loaded client machine reads its streams late."""
     first_start, first_end = min(intervals)
     halfway = first_start + (first_end - first_start) / 2
     return sum(1 for start, _end in intervals if start <= halfway)
 
 
+# The engines' in-flight gauge (runtimes/<name>.py `in_flight_gauges`, the first of each: running).
+RUNNING_GAUGES = tuple(runtime.in_flight_gauges[0] for runtime in DRIVERS.values() if runtime.in_flight_gauges)
+SAMPLE_INTERVAL_S = 0.02
+
+
+def _get(endpoint: Endpoint, path: str, timeout: float) -> tuple[int, bytes]:
+    conn, prefix = endpoint.connection(timeout)
+    try:
+        conn.request("GET", prefix + path, headers=endpoint.headers())
+        response = conn.getresponse()
+        return response.status, response.read(4 << 20)
+    except (OSError, http.client.HTTPException):
+        return 0, b""
+    finally:
+        conn.close()
+
+
+def busy_from_slots(raw: bytes) -> int | None:
+    """Busy slots in llama.cpp's /slots answer (a list of slots with `is_processing`), or None."""
+    try:
+        slots = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(slots, list) or not all(isinstance(slot, dict) and "is_processing" in slot for slot in slots):
+        return None
+    return sum(1 for slot in slots if slot["is_processing"])
+
+
+def busy_from_metrics(text: str) -> tuple[str, int] | None:
+    """(gauge, requests running) from a Prometheus exposition, summed over its series, or None."""
+    for gauge in RUNNING_GAUGES:
+        values = re.findall(rf"^{re.escape(gauge)}(?:{{[^}}]*}})?\s+([0-9.eE+-]+)\s*$", text, re.MULTILINE)
+        if values:
+            return gauge, int(sum(float(value) for value in values))
+    return None
+
+
+def engine_busy(endpoint: Endpoint, timeout: float = 10.0) -> tuple[str, int] | None:
+    """(source, requests the engine is serving now), from /slots, else /metrics; None when the
+    engine reports neither."""
+    status, raw = _get(endpoint, "/slots", timeout)
+    if status == 200:
+        busy = busy_from_slots(raw)
+        if busy is not None:
+            return "/slots", busy
+    status, raw = _get(endpoint, "/metrics", timeout)
+    if status == 200:
+        found = busy_from_metrics(raw.decode("utf-8", "replace"))
+        if found is not None:
+            return f"/metrics {found[0]}", found[1]
+    return None
+
+
+class BusySampler:
+    """Samples the engine's busy count in a thread while the streams run; keeps the maximum."""
+
+    def __init__(self, endpoint: Endpoint, interval: float = SAMPLE_INTERVAL_S) -> None:
+        self.endpoint = endpoint
+        self.interval = interval
+        self.max_busy = 0
+        self.samples = 0
+        self.source = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            found = engine_busy(self.endpoint)
+            if found is not None:
+                self.source, busy = found
+                self.samples += 1
+                self.max_busy = max(self.max_busy, busy)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> BusySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def check_parallel(endpoint: Endpoint, model: str, streams: int, max_tokens: int = 512, timeout: float = 600.0) -> ParallelCheck:
-    """Start `streams` requests at once and count how many decode together (see decoding_together)."""
+    """Start `streams` requests at once and count how many the engine serves together: the most
+    busy slots (or running requests) it reported at any one sample while they ran."""
     if streams < 1:
         raise ProbeError("streams: at least 1")
+    if engine_busy(endpoint) is None:
+        raise ProbeError(
+            "parallel check: the engine reports no busy count (neither /slots with is_processing nor "
+            f"one of {', '.join(RUNNING_GAUGES)} on /metrics): enable llama-server's --slots or --metrics"
+        )
 
     def one_stream() -> StreamResult | ApiError:
         payload = {
@@ -134,16 +239,17 @@ def check_parallel(endpoint: Endpoint, model: str, streams: int, max_tokens: int
         except ApiError as exc:
             return exc
 
-    results = run_concurrently([one_stream] * streams)
+    with BusySampler(endpoint) as sampler:
+        results = run_concurrently([one_stream] * streams)
     failures = [r for r in results if isinstance(r, ApiError)]
     if failures:
         raise ProbeError(f"parallel check: {len(failures)} of {streams} streams failed: {failures[0]}")
-    intervals = []
+    if not sampler.samples:
+        raise ProbeError("parallel check: the engine answered no busy-count sample while the streams ran")
     details = []
     for index, result in enumerate(results):
         if result.first_token_s is None or not result.chunk_times:
             raise ProbeError(f"parallel check: stream {index} produced no tokens")
-        intervals.append((result.first_token_s, result.chunk_times[-1]))
         details.append(
             {
                 "stream": index,
@@ -153,7 +259,7 @@ def check_parallel(endpoint: Endpoint, model: str, streams: int, max_tokens: int
                 "decode_tps": round(result.decode_tps, 2) if result.decode_tps else None,
             }
         )
-    return ParallelCheck(streams, decoding_together(intervals), details)
+    return ParallelCheck(streams, min(sampler.max_busy, streams), details, sampler.source, sampler.samples)
 
 
 def tokens_per_char(endpoint: Endpoint, model: str, timeout: float = 120.0) -> float:
