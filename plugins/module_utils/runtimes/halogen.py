@@ -346,11 +346,17 @@ class Halogen(Runtime):
     api_key_env = "HALOGEN_API_KEY"
     native_program = "flash-server"
     image_starts_program = True
-    # The seeds capture no /metrics of flash-server (observability/exported/halogen.metrics is a
-    # minimal exposition saying so): no drain gauges, no rules, no panels are claimed.
-    in_flight_gauges = ()
-    alert_rules: tuple[AlertRule, ...] = ()
-    panels: tuple[Panel, ...] = ()
+    # The seeds capture no /metrics of flash-server: observability/exported/halogen.metrics is a
+    # minimal exposition of the two in-flight gauges the drain needs, in the driver's namespace,
+    # and no alert rule or panel is claimed beyond what it holds.
+    in_flight_gauges = (f"{NAME}:requests_processing", f"{NAME}:requests_deferred")
+    alert_rules = (AlertRule("RequestsQueueing", f"{NAME}:requests_deferred{{sel}} > 0", "5m", "warning", "{name}: requests wait for a slot"),)
+    panels = (
+        Panel(
+            "Requests processing / deferred",
+            ((f"{NAME}:requests_processing{{sel}}", "{{job}} processing"), (f"{NAME}:requests_deferred{{sel}}", "{{job}} deferred")),
+        ),
+    )
     refusal = REFUSAL
     reasoning_field = "reasoning_content"
     echoes_requested_name = False

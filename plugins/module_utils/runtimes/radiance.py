@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, DeviceLedger, Verdict, _capacity_verdicts
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader, add_extra_terms, client_verdicts
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import AlertRule, Panel
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import NUM, BootLedger, to_float, to_int
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.vllm import Vllm, VllmShape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError, key, parse_bytes
@@ -254,13 +255,18 @@ def _compare_radiance(boot: dict[str, Any], shape: RadianceShape) -> dict[str, A
 class Radiance(Vllm):
     name = NAME
     shape_class = RadianceShape
-    # The publisher's container starts the fork's server itself.
-    image_starts_program = True
-    # No /metrics of radiance is captured in the seeds (observability/exported/radiance.metrics is a
-    # minimal exposition saying so): no drain gauges, rules or panels are claimed for it.
-    in_flight_gauges = ()
-    alert_rules = ()
-    panels = ()
+    # As vLLM's image, the publisher's container runs its own entrypoint: the argv is its flags.
+    # No /metrics of radiance is captured in the seeds: observability/exported/radiance.metrics is
+    # a minimal exposition of the two in-flight gauges the drain needs, in the driver's namespace,
+    # and no alert rule or panel is claimed beyond what it holds.
+    in_flight_gauges = (f"{NAME}:num_requests_running", f"{NAME}:num_requests_waiting")
+    alert_rules = (AlertRule("RequestsQueueing", f"{NAME}:num_requests_waiting{{sel}} > 0", "5m", "warning", "{name}: requests wait for the scheduler"),)
+    panels = (
+        Panel(
+            "Requests running / waiting",
+            ((f"{NAME}:num_requests_running{{sel}}", "{{job}} running"), (f"{NAME}:num_requests_waiting{{sel}}", "{{job}} waiting")),
+        ),
+    )
     reasoning_field = "reasoning_content"  # seed 004: "radiance answers in reasoning_content"
     echoes_requested_name = True  # seed 004: "verify a rename on /v1/models, never on a chat response"
 
