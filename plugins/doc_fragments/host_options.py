@@ -339,6 +339,10 @@ options:
     description: The endpoint's API key, sent as a bearer token. Never logged.
     type: str
     default: ''
+  runtime:
+    description: 'The shape''s runtime: its driver names the field an answer''s reasoning arrives in (empty - every runtime''s field is read).'
+    type: str
+    default: ''
 """
 
     DEPLOY = r"""
@@ -675,6 +679,10 @@ options:
         default: 120
       api_key:
         description: The endpoint's API key, sent as a bearer token. Never logged.
+        type: str
+        default: ''
+      runtime:
+        description: 'The shape''s runtime: its driver names the field an answer''s reasoning arrives in (empty - every runtime''s field is read).'
         type: str
         default: ''
 """

@@ -11,7 +11,14 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import reconcile_devices
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, bind_policy
-from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import ArgvError, engine_argv, parse_boot_log, parse_shape, prices_on_controller
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import (
+    ArgvError,
+    engine_argv,
+    engine_environment,
+    parse_boot_log,
+    parse_shape,
+    prices_on_controller,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 
@@ -27,6 +34,13 @@ def _engine_argv(shape: dict[str, Any], entry: list[str] | None = None, model_ro
         return engine_argv(shape, model_root, entry, name, container=bool(container))
     except ArgvError as exc:
         raise AnsibleFilterError(f"engine_argv: {exc}") from None
+
+
+def _engine_environment(shape: dict[str, Any], model_root: str = "", name: str | None = None) -> dict[str, str]:
+    try:
+        return engine_environment(shape, model_root, name)
+    except ArgvError as exc:
+        raise AnsibleFilterError(f"engine_environment: {exc}") from None
 
 
 def _client_window(ceiling: int, gap: int | None = None) -> dict[str, Any]:
@@ -73,6 +87,7 @@ class FilterModule:
         return {
             "shape": _shape,
             "engine_argv": _engine_argv,
+            "engine_environment": _engine_environment,
             "prices_on_controller": _prices_on_controller,
             "endpoint_devices": _endpoint_devices,
             "client_window": _client_window,

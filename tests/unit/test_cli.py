@@ -59,7 +59,7 @@ def test_generated_shape_keys_are_in_sync_with_their_generator():
 @pytest.mark.slow  # reads the inventory through ansible-inventory
 def test_budget_of_an_inventory_endpoint_takes_its_devices_and_draws_a_png(tmp_path):
     picture = tmp_path / "ledger.png"
-    proc = run("budget", "--endpoint", "frank-primary", "-i", "inventories/production", "--png", str(picture))
+    proc = run("budget", "--endpoint", "frank-archon", "-i", "inventories/production", "--png", str(picture))
     assert proc.returncode == 0, proc.stderr
     assert "r9700-0" in proc.stdout and "r9700-1" in proc.stdout
     with Image.open(picture) as image:
@@ -69,7 +69,7 @@ def test_budget_of_an_inventory_endpoint_takes_its_devices_and_draws_a_png(tmp_p
 @pytest.mark.slow  # reads the inventory through ansible-inventory
 def test_budget_names_the_inventorys_endpoints_and_the_removed_flags():
     proc = run("budget", "--endpoint", "dankserver", "-i", "inventories/production")
-    assert proc.returncode != 0 and "frank-primary, frank-secondary, frank-large" in proc.stderr
+    assert proc.returncode != 0 and "frank-archon, frank-zealot, frank-dragoon" in proc.stderr
     proc = run("budget", "--host", "dankserver", "--var", "frank_primary_shape", "-i", "inventories/production")
     assert proc.returncode != 0 and "--endpoint NAME" in proc.stderr and "docs/migration.md" in proc.stderr
 

@@ -239,7 +239,7 @@ def test_the_served_id_defaults_to_the_endpoint_name_and_paths_stay_in_the_paylo
         ({**SECONDARY, "override_tensor": {"a,b": "CPU"}}, "override_tensor"),
         # A key of the other runtime is named with the runtime that takes it.
         ({**PRIMARY, "spec_type": "draft-mtp"}, "spec_type: not a vllm key \\(it belongs to llamacpp\\)"),
-        ({**SECONDARY, "expert_precise_memory": True}, "expert_precise_memory: not a llamacpp key \\(it belongs to vllm\\)"),
+        ({**SECONDARY, "expert_precise_memory": True}, "expert_precise_memory: not a llamacpp key \\(it belongs to radiance, vllm\\)"),
         ({**SECONDARY, "log_verbosity": -1}, "log_verbosity: must be at least 0"),
         ({**PRIMARY, "expert_precise_memory": True}, "expert_precise_memory: sizes the expert offload arena; set expert_offload: true"),
     ],

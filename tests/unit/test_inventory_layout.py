@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{BIN}:{os.environ['PATH']}"}
-INVENTORIES = {"production": ["frank-primary", "frank-secondary", "frank-large"], "lab": ["frank-primary", "frank-secondary"]}
+INVENTORIES = {"production": ["frank-archon", "frank-zealot", "frank-dragoon"], "lab": ["frank-primary", "frank-secondary"]}
+# The role each production endpoint holds: deploy-ROLE.yml deploys the inventory group fleet_ROLE.
+ROLES = {"frank-archon": "primary", "frank-zealot": "secondary", "frank-dragoon": "large"}
 
 
 def ansible(tool, *argv):
@@ -54,7 +56,7 @@ def test_every_endpoint_is_a_host_of_llm_endpoints_with_plain_endpoint_variables
 
 @pytest.mark.parametrize("endpoint", INVENTORIES["production"])
 def test_each_per_endpoint_playbook_selects_its_endpoint(endpoint):
-    playbook = f"playbooks/deploy-{endpoint.removeprefix('frank-')}.yml"
+    playbook = f"playbooks/deploy-{ROLES[endpoint]}.yml"
     proc = ansible("ansible-playbook", playbook, "-i", "inventories/production", "--list-hosts")
     assert proc.returncode == 0, proc.stderr
     # Every play of it (the machines' part, the endpoints, the run's verdict) lists the endpoint alone.
@@ -69,11 +71,11 @@ def test_the_production_budget_check_prints_the_ledger_without_contacting_a_host
     proc = budget_check("inventories/production")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "r9700-0" in proc.stdout and "r9700-1" in proc.stdout and "fits: yes" in proc.stdout
-    assert "frank-primary -> localhost" in proc.stdout  # priced on the controller
+    assert "frank-archon -> localhost" in proc.stdout  # priced on the controller
 
 
 def test_the_removed_variable_names_fail_naming_their_new_names(production):
-    host_vars = production / "host_vars" / "frank-primary.yml"
+    host_vars = production / "host_vars" / "frank-archon.yml"
     data = yaml.safe_load(host_vars.read_text())
     data["frank_primary_shape"] = data.pop("endpoint_shape")
     data["frank_primary_devices"] = data.pop("endpoint_devices")
@@ -89,7 +91,7 @@ def test_the_removed_variable_names_fail_naming_their_new_names(production):
 
 
 def test_a_shape_without_its_port_fails_before_the_budget_gate(production):
-    host_vars = production / "host_vars" / "frank-primary.yml"
+    host_vars = production / "host_vars" / "frank-archon.yml"
     data = yaml.safe_load(host_vars.read_text())
     del data["endpoint_shape"]["port"]
     host_vars.write_text(yaml.safe_dump(data))
@@ -99,7 +101,7 @@ def test_a_shape_without_its_port_fails_before_the_budget_gate(production):
 
 
 def test_a_typo_in_a_shape_key_fails_at_the_argument_specs(production):
-    host_vars = production / "host_vars" / "frank-primary.yml"
+    host_vars = production / "host_vars" / "frank-archon.yml"
     data = yaml.safe_load(host_vars.read_text())
     data["endpoint_shape"]["max_model_lne"] = 4096
     host_vars.write_text(yaml.safe_dump(data))
@@ -109,9 +111,9 @@ def test_a_typo_in_a_shape_key_fails_at_the_argument_specs(production):
 
 
 def test_two_endpoints_on_one_machine_and_port_are_refused_before_the_budget(production):
-    # frank-large and frank-secondary share dankclaw: give frank-large frank-secondary's port.
-    secondary = yaml.safe_load((production / "host_vars" / "frank-secondary.yml").read_text())
-    large_file = production / "host_vars" / "frank-large.yml"
+    # frank-dragoon and frank-zealot share dankclaw: give frank-dragoon frank-zealot's port.
+    secondary = yaml.safe_load((production / "host_vars" / "frank-zealot.yml").read_text())
+    large_file = production / "host_vars" / "frank-dragoon.yml"
     large = yaml.safe_load(large_file.read_text())
     large["endpoint_shape"]["port"] = secondary["endpoint_shape"]["port"]
     large_file.write_text(yaml.safe_dump(large))
@@ -119,6 +121,6 @@ def test_two_endpoints_on_one_machine_and_port_are_refused_before_the_budget(pro
     assert proc.returncode != 0
     port = secondary["endpoint_shape"]["port"]
     # The fleet rolls out one endpoint at a time: the first of the pair is refused, naming the other.
-    assert f"frank-secondary: port {port} on dankclaw is also the port of frank-large" in " ".join(proc.stdout.split())
-    # frank-primary, alone on dankserver, was priced as usual.
+    assert f"frank-zealot: port {port} on dankclaw is also the port of frank-dragoon" in " ".join(proc.stdout.split())
+    # frank-archon, alone on dankserver, was priced as usual.
     assert "fits: yes" in proc.stdout

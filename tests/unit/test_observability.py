@@ -98,39 +98,39 @@ def test_dashboard_panels_only_for_exported_series():
 def test_changing_the_runtime_moves_rules_and_dashboard_to_the_other_namespace(inventory, tmp_path):
     out = tmp_path / "out"
     assert generate(inventory, out).returncode == 0
-    before = series_of(rules_of(out, "frank-primary"))
-    assert any(s.startswith("vllm:") for s in before) and not any(s.startswith("llamacpp:") for s in before)
-    assert "frank-primary" in json.loads((out / "grafana" / "vllm.json").read_text())["templating"]["list"][1]["query"]
-    # A runtime swap is a new shape: the vLLM keys go (the parser refuses them on a llama.cpp shape).
-    path = inventory / "host_vars" / "frank-primary.yml"
+    before = series_of(rules_of(out, "frank-archon"))
+    assert any(s.startswith("radiance:") for s in before) and not any(s.startswith("llamacpp:") for s in before)
+    assert "frank-archon" in json.loads((out / "grafana" / "radiance.json").read_text())["templating"]["list"][1]["query"]
+    # A runtime swap is a new shape: the radiance keys go (the parser refuses them on a llama.cpp shape).
+    path = inventory / "host_vars" / "frank-archon.yml"
     data = yaml.safe_load(path.read_text())
     identity = {k: data["endpoint_shape"][k] for k in ("served_id", "bind", "port") if k in data["endpoint_shape"]}
     data["endpoint_shape"] = {**identity, "runtime": "llamacpp", "launch": "native", "model_file": "model.gguf", "ctx_size": 401408, "parallel": 2}
     path.write_text(yaml.safe_dump(data))
     proc = generate(inventory, out)
     assert proc.returncode == 0, proc.stderr
-    after = series_of(rules_of(out, "frank-primary"))
-    assert any(s.startswith("llamacpp:") for s in after) and not any(s.startswith("vllm:") for s in after)
-    assert all(r["labels"]["runtime"] == "llamacpp" for r in rules_of(out, "frank-primary"))
-    # No vLLM endpoint is left: its dashboard is removed, and the llama.cpp one lists frank-primary.
-    assert not (out / "grafana" / "vllm.json").exists() and "removed: grafana/vllm.json" in proc.stdout
+    after = series_of(rules_of(out, "frank-archon"))
+    assert any(s.startswith("llamacpp:") for s in after) and not any(s.startswith("radiance:") for s in after)
+    assert all(r["labels"]["runtime"] == "llamacpp" for r in rules_of(out, "frank-archon"))
+    # No radiance endpoint is left: its dashboard is removed, and the llama.cpp one lists frank-primary.
+    assert not (out / "grafana" / "radiance.json").exists() and "removed: grafana/radiance.json" in proc.stdout
     board = json.loads((out / "grafana" / "llamacpp.json").read_text())
-    assert "frank-primary" in board["templating"]["list"][1]["query"]
-    assert not any("vllm:" in t["expr"] for p in board["panels"] for t in p["targets"])
+    assert "frank-archon" in board["templating"]["list"][1]["query"]
+    assert not any("radiance:" in t["expr"] for p in board["panels"] for t in p["targets"])
 
 
 @pytest.mark.slow  # llm-fleet generate (ansible-inventory), promtool or ansible-doc
 def test_models_window_follows_a_context_change_by_the_law(inventory, tmp_path):
     out = tmp_path / "out"
     assert generate(inventory, out).returncode == 0
-    model = yaml.safe_load((out / "client" / "frank-primary.models.yml").read_text())["models"][0]
-    assert (model["contextWindow"], model["maxTokens"]) == (155_648, 45_056)  # ceiling 200,704 - gap 45,056
-    assert model["input"] == ["text"] and model["reasoningEffort"]["none"] == {"chat_template_kwargs": {"enable_thinking": False}}
-    edit_shape(inventory, "frank-primary", max_model_len=262_144)
+    model = yaml.safe_load((out / "client" / "frank-archon.models.yml").read_text())["models"][0]
+    assert (model["contextWindow"], model["maxTokens"]) == (154_944, 45_056)  # ceiling 200,000 - gap 45,056
+    assert model["input"] == ["text"]
+    edit_shape(inventory, "frank-archon", max_model_len=262_144)
     proc = generate(inventory, out, "--diff")
     assert proc.returncode == 0
-    assert "-    contextWindow: 155648\n+    contextWindow: 217088\n" in proc.stdout  # 262,144 - 45,056
-    assert "changed: client/frank-primary.models.yml" in proc.stdout
+    assert "-    contextWindow: 154944\n+    contextWindow: 217088\n" in proc.stdout  # 262,144 - 45,056
+    assert "changed: client/frank-archon.models.yml" in proc.stdout
     rerun = generate(inventory, out)
     assert "0 changed" in rerun.stderr and "changed:" not in rerun.stdout
 
@@ -139,7 +139,7 @@ def test_models_window_follows_a_context_change_by_the_law(inventory, tmp_path):
 def test_llamacpp_window_is_the_per_slot_window_and_a_projector_adds_images(inventory, tmp_path):
     out = tmp_path / "out"
     assert generate(inventory, out).returncode == 0
-    secondary = yaml.safe_load((out / "client" / "frank-secondary.models.yml").read_text())["models"][0]
+    secondary = yaml.safe_load((out / "client" / "frank-zealot.models.yml").read_text())["models"][0]
     # 401,408 over 2 slots = 200,704 per request -> 155,648; the vision projector means images.
     assert secondary["contextWindow"] == 155_648 and secondary["input"] == ["text", "image"]
     assert secondary["baseUrl"] == "http://dankclaw:7771/v1"
@@ -149,10 +149,10 @@ def test_llamacpp_window_is_the_per_slot_window_and_a_projector_adds_images(inve
 def test_models_dir_and_check_mode(inventory, tmp_path):
     out, models = tmp_path / "out", tmp_path / "harness"
     proc = generate(inventory, out, "--models-dir", str(models), "--check")
-    assert proc.returncode == 0 and "would change: frank-primary.models.yml" in proc.stdout
+    assert proc.returncode == 0 and "would change: frank-archon.models.yml" in proc.stdout
     assert not out.exists() and not models.exists()
     assert generate(inventory, out, "--models-dir", str(models)).returncode == 0
-    assert sorted(p.name for p in models.iterdir()) == ["frank-large.models.yml", "frank-primary.models.yml", "frank-secondary.models.yml"]
+    assert sorted(p.name for p in models.iterdir()) == ["frank-archon.models.yml", "frank-dragoon.models.yml", "frank-zealot.models.yml"]
     assert not (out / "client").exists()
 
 
@@ -183,33 +183,33 @@ def test_promtool_fires_the_alerts_on_synthetic_series(tmp_path):
     out = tmp_path / "out"
     assert generate(ROOT / "inventories" / "production", out, "--calibration-dir", str(tmp_path / "none")).returncode == 0
     tests = {
-        "rule_files": [str(out / "prometheus" / "rules" / "frank-primary.rules.yml")],
+        "rule_files": [str(out / "prometheus" / "rules" / "frank-archon.rules.yml")],
         "evaluation_interval": "1m",
         "tests": [
             {
                 "interval": "1m",
                 "input_series": [
-                    {"series": 'vllm:num_requests_waiting{job="frank-primary"}', "values": "3x10"},
-                    {"series": 'llm_fleet_unit_restarts_total{unit="frank-primary.service"}', "values": "0 1 2 3 4 5 6 7 8 9 10"},
-                    {"series": 'up{job="frank-primary"}', "values": "1 1 0 0 0 0 0 0 0 0 0"},
+                    {"series": 'radiance:num_requests_waiting{job="frank-archon"}', "values": "3x10"},
+                    {"series": 'llm_fleet_unit_restarts_total{unit="frank-archon.service"}', "values": "0 1 2 3 4 5 6 7 8 9 10"},
+                    {"series": 'up{job="frank-archon"}', "values": "1 1 0 0 0 0 0 0 0 0 0"},
                 ],
                 "alert_rule_test": [
-                    {"eval_time": "4m", "alertname": "FrankPrimaryRequestsQueueing", "exp_alerts": []},
+                    {"eval_time": "4m", "alertname": "FrankArchonRequestsQueueing", "exp_alerts": []},
                     {
                         "eval_time": "6m",
-                        "alertname": "FrankPrimaryRequestsQueueing",
-                        "exp_alerts": [_alert("warning", "frank-primary: requests wait for the scheduler", job="frank-primary")],
+                        "alertname": "FrankArchonRequestsQueueing",
+                        "exp_alerts": [_alert("warning", "frank-archon: requests wait for the scheduler", job="frank-archon")],
                     },
                     {
                         "eval_time": "8m",
-                        "alertname": "FrankPrimaryUnitCrashLooping",
-                        "exp_alerts": [_alert("critical", CRASH_LOOP, unit="frank-primary.service")],
+                        "alertname": "FrankArchonUnitCrashLooping",
+                        "exp_alerts": [_alert("critical", CRASH_LOOP, unit="frank-archon.service")],
                     },
-                    {"eval_time": "3m", "alertname": "FrankPrimaryEndpointDown", "exp_alerts": []},
+                    {"eval_time": "3m", "alertname": "FrankArchonEndpointDown", "exp_alerts": []},
                     {
                         "eval_time": "5m",
-                        "alertname": "FrankPrimaryEndpointDown",
-                        "exp_alerts": [_alert("critical", "frank-primary does not answer /metrics: the endpoint is down", job="frank-primary")],
+                        "alertname": "FrankArchonEndpointDown",
+                        "exp_alerts": [_alert("critical", "frank-archon does not answer /metrics: the endpoint is down", job="frank-archon")],
                     },
                 ],
             }
@@ -221,11 +221,11 @@ def test_promtool_fires_the_alerts_on_synthetic_series(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-CRASH_LOOP = "frank-primary: systemd restarted frank-primary.service more than twice in 15 minutes"
+CRASH_LOOP = "frank-archon: systemd restarted frank-archon.service more than twice in 15 minutes"
 
 
 def _alert(severity, summary, **series_labels):
-    labels = {"severity": severity, "endpoint": "frank-primary", "runtime": "vllm", **series_labels}
+    labels = {"severity": severity, "endpoint": "frank-archon", "runtime": "radiance", **series_labels}
     return {"exp_labels": labels, "exp_annotations": {"summary": summary}}
 
 
@@ -241,7 +241,7 @@ def test_docs_are_current_and_the_index_links_every_page():
     assert all(p.exists() for p in linked)
 
 
-@pytest.mark.parametrize("endpoint", ["frank-primary", "frank-secondary", "frank-large"])
+@pytest.mark.parametrize("endpoint", ["frank-archon", "frank-zealot", "frank-dragoon"])
 def test_each_production_runbook_renders_with_its_picture(endpoint):
     page = (ROOT / "docs" / "fleet" / "runbooks" / f"{endpoint}.md").read_text()
     assert f"# Runbook: {endpoint}" in page and f"ansible-playbook frank.llm_fleet.rollback -i inventories/production -e endpoint={endpoint}" in page
@@ -255,9 +255,9 @@ def test_each_production_runbook_renders_with_its_picture(endpoint):
 
 
 def test_the_priced_runbook_picture_shows_the_ledger_bars():
-    with Image.open(ROOT / "docs" / "fleet" / "runbooks" / "frank-primary-ledger.png") as image:
+    with Image.open(ROOT / "docs" / "fleet" / "runbooks" / "frank-archon-ledger.png") as image:
         colours = dict((c, n) for n, c in image.convert("RGB").getcolors(maxcolors=1 << 16))
-    # matplotlib's first two cycle colours: the weights and kv_pool terms of both ranks.
+    # matplotlib's first two cycle colours: the expert_slab and kv_pool terms of both ranks.
     assert colours.get((31, 119, 180), 0) > 2000 and colours.get((255, 127, 14), 0) > 2000
 
 

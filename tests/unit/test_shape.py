@@ -39,7 +39,7 @@ def test_type_v_follows_type_k_in_one_place():
         ({"runtime": "sglang"}, "runtime: expected one of llamacpp, vllm"),
         ({"ctx_size": None}, "ctx_size: required for llamacpp shapes"),
         ({"ctx_sise": 8192}, "ctx_sise: unknown shape key; did you mean ctx_size?"),
-        ({"max_model_len": 4096}, "max_model_len: not a llamacpp key (it belongs to vllm)"),
+        ({"max_model_len": 4096}, "max_model_len: not a llamacpp key (it belongs to radiance, vllm)"),
         ({"projector_path": "/srv/m.gguf"}, "projector_path: no longer a shape key; use projector"),
         ({"devices": []}, "devices: no longer a shape key; use endpoint_devices"),
         ({"parallel": "two"}, "parallel: expected a whole number, got 'two'"),

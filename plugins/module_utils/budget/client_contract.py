@@ -151,4 +151,8 @@ def models_entry(shape: Shape, base_url: str) -> dict[str, Any]:
     }
     if efforts:
         entry["reasoningEffort"] = efforts
+    if shape.client_sampler:
+        # The server's default stays greedy; the recipe rides the request (seed 000: "greedy server
+        # default with Qwen-recommended sampling riding compat.extraBody").
+        entry["compat"] = {"extraBody": dict(shape.client_sampler)}
     return entry

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import PROBE_OPTIONS, with_defaults
-from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, request_json
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint, reasoning_fields, reasoning_text, request_json
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import DRIVERS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 # A 1x1 PNG, for the image probe of shapes with a vision projector.
@@ -42,15 +43,25 @@ def chat_probe(
     image: bool = False,
     timeout: float = 120.0,
     api_key: str = "",
+    runtime: str = "",
 ) -> str:
     """Smoke probes: a chat completion must answer with at least one token; where the shape
-    enables them, a required tool call must come back as a tool call, and an image must be read."""
+    enables them, a required tool call must come back as a tool call, and an image must be read.
+
+    The runtime's driver says where the answer may be: an engine that answers in its reasoning
+    field (radiance: reasoning_content) leaves content empty under a small budget on a healthy
+    server, so the reasoning counts as the answer. The served id is never judged from a chat
+    answer (an engine that echoes the requested name would pass any rename): the health gate
+    judges it on /v1/models."""
+    driver = DRIVERS.get(runtime)
+    fields = (driver.reasoning_field,) if driver is not None else reasoning_fields()
     endpoint = Endpoint(f"http://{host}:{port}", api_key or None)
     base = {"model": served_id, "max_tokens": max_tokens, "temperature": 0}
     answer = _chat(endpoint, {**base, "messages": [{"role": "user", "content": prompt}]}, "smoke probe", timeout)
     if int(answer.get("usage", {}).get("completion_tokens", 0)) <= 0:
         raise StepError("smoke probe: the completion is empty (0 completion tokens)", {})
-    content = answer["choices"][0]["message"].get("content") or ""
+    message = answer["choices"][0]["message"]
+    content = message.get("content") or reasoning_text(message, fields)
     if tools:
         payload = {**base, "max_tokens": max(max_tokens, 64), "tools": [PROBE_TOOL], "tool_choice": "required"}
         payload["messages"] = [{"role": "user", "content": "What time is it? Use the get_time tool."}]
@@ -79,4 +90,5 @@ def run_probe(params: dict[str, Any]) -> str:
         image=bool(probe["image"]),
         timeout=float(probe["timeout"]),
         api_key=str(probe["api_key"] or ""),
+        runtime=str(probe.get("runtime") or ""),
     )

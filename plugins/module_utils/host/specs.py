@@ -243,6 +243,11 @@ PROBE_OPTIONS: dict[str, dict[str, Any]] = {
     "image": {"type": "bool", "default": False, "description": "Also send an image, which must be answered (the projector is loaded)."},
     "timeout": {"type": "int", "default": 120, "description": "Seconds each probe request may take."},
     "api_key": {"type": "str", "default": "", "no_log": True, "description": "The endpoint's API key, sent as a bearer token. Never logged."},
+    "runtime": {
+        "type": "str",
+        "default": "",
+        "description": "The shape's runtime: its driver names the field an answer's reasoning arrives in (empty - every runtime's field is read).",
+    },
 }
 
 DEPLOY_OPTIONS: dict[str, dict[str, Any]] = {

@@ -82,6 +82,14 @@ def _salted(chars: int) -> str:
     return salt + (FILLER * (chars // len(FILLER) + 1))[: max(chars - len(salt), 0)]
 
 
+def _count(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _other_prompts(contracts: list[Any]) -> tuple[Any, ...]:
+    return tuple(pattern for contract in contracts for pattern in contract.prompt)
+
+
 def window_from_refusal(error: ApiError) -> tuple[int, int | None] | None:
     """(window, prompt tokens) from an engine's context refusal, or None if it is another error."""
     body = error.body
@@ -92,12 +100,18 @@ def window_from_refusal(error: ApiError) -> tuple[int, int | None] | None:
     # Each runtime states its refusal its own way (runtimes/<name>.py `refusal`); the probe may
     # not know which engine answers, so every runtime's wording is tried.
     contracts = [runtime.refusal for runtime in DRIVERS.values()]
-    prompt_patterns = [pattern for contract in contracts for pattern in contract.prompt]
-    for pattern in (pattern for contract in contracts for pattern in contract.window):
-        match = pattern.search(text)
-        if match:
-            prompt_match = next((p.search(text) for p in prompt_patterns if p.search(text)), None)
-            return int(match.group(1)), int(prompt_match.group(1)) if prompt_match else None
+    for contract in contracts:
+        for pattern in contract.window:
+            match = pattern.search(text)
+            if not match:
+                continue
+            window = _count(match.group(1))
+            # The prompt's tokens as this engine states them, else from the overage it names.
+            prompt = next((_count(m.group(1)) for m in (p.search(text) for p in contract.prompt + _other_prompts(contracts)) if m), None)
+            if prompt is None:
+                overage = next((_count(m.group(1)) for m in (p.search(text) for p in contract.overage) if m), None)
+                prompt = window + overage if overage is not None else None
+            return window, prompt
     return None
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import DRIVERS
+
 
 class ApiError(Exception):
     """The endpoint answered with an error (status > 0) or did not answer (status 0)."""
@@ -119,10 +121,19 @@ class StreamResult:
         return not (self.content.strip() or self.reasoning.strip()) or not self.completion_tokens
 
 
+def reasoning_fields() -> tuple[str, ...]:
+    """The message fields reasoning may arrive in: each runtime driver's `reasoning_field`
+    (llama.cpp and radiance: reasoning_content), then `reasoning` (vLLM 0.30 renames the channel)."""
+    return tuple(dict.fromkeys([*(runtime.reasoning_field for runtime in DRIVERS.values()), "reasoning"]))
+
+
+def reasoning_text(message: dict[str, Any], fields: tuple[str, ...] | None = None) -> str:
+    """The reasoning a message (or a stream delta) carries, in the first field that holds any."""
+    return str(next((message.get(name) for name in (fields or reasoning_fields()) if message.get(name)), "") or "")
+
+
 def _delta_text(delta: dict[str, Any]) -> tuple[str, str]:
-    # llama.cpp streams thinking as reasoning_content, recent vLLM as reasoning.
-    reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-    return str(delta.get("content") or ""), str(reasoning)
+    return str(delta.get("content") or ""), reasoning_text(delta)
 
 
 def stream_chat(

@@ -5,7 +5,8 @@
 A runtime is one engine the fleet serves with (llama.cpp's llama-server, vLLM, ...). Its driver,
 one module in runtimes/, declares in one place:
 - its shape class (the runtime half of the typed shape: keys, defaults, bounds, cross-key rules);
-- its argv and environment (the key's variable, the program an image starts by itself);
+- its argv and environment (`argv`, `environment`: the key's variable, the program an image starts
+  by itself, the variables an engine configured by environment reads);
 - its ledger terms and laws (`price`), its known-bad-shape rules and its boot-ledger lines
   (`parse_boot_line`, `compare_boot`: calibration);
 - its metric names (drain gauges, alert rules, dashboard panels);
@@ -79,6 +80,10 @@ class RefusalContract:
 
     window: tuple[re.Pattern[str], ...]
     prompt: tuple[re.Pattern[str], ...] = ()
+    # Where the engine names the overage instead of the prompt's tokens (prompt = window + overage).
+    overage: tuple[re.Pattern[str], ...] = ()
+    # Whether the refusal comes before any prefill (a free calibration for a probe).
+    before_prefill: bool = True
 
 
 class Runtime:
@@ -108,6 +113,11 @@ class Runtime:
     def argv(self, shape: Any, model_root: str = "", entry: list[str] | None = None) -> list[str]:
         """The engine's command line for a shape of this runtime; `entry` overrides the program."""
         raise NotImplementedError
+
+    def environment(self, shape: Any, model_root: str = "") -> dict[str, str]:
+        """The engine's environment for a shape (an engine configured by variables, not flags);
+        the role merges the inventory's endpoint_environment over it. Default: none."""
+        return {}
 
     def container_command(self, argv: list[str]) -> list[str]:
         """The container's command for an argv: what the image does not start by itself."""

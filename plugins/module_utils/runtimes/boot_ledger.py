@@ -65,6 +65,9 @@ class BootLedger:
     kv_caches: list[LlamaCppKvLine] = field(default_factory=list)
     buffers: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> device -> bytes
     breakdown: dict[str, dict[str, int]] = field(default_factory=dict)  # device -> column -> MiB
+    # Figures only one engine prints (halogen's locked weights and pool, radiance's claimable
+    # budget): each driver names its own keys.
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": self.engine}
@@ -94,4 +97,6 @@ class BootLedger:
             out["buffers"] = self.buffers
         if self.breakdown:
             out["breakdown_mib"] = self.breakdown
+        if self.facts:
+            out["facts"] = dict(self.facts)
         return out

@@ -18,14 +18,14 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry im
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, devices_from
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader
-from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes import llamacpp, vllm
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes import halogen, llamacpp, radiance, vllm
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import ArgvError, Runtime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import BootLedger
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape, ShapeError, ShapeField, parse_into
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import SizeError
 
 # Every runtime's module, in the order their names are listed to a user.
-DRIVER_MODULES = (llamacpp, vllm)
+DRIVER_MODULES = (llamacpp, vllm, halogen, radiance)
 DRIVERS: dict[str, Runtime] = {module.DRIVER.name: module.DRIVER for module in DRIVER_MODULES}
 RUNTIMES: tuple[str, ...] = tuple(DRIVERS)
 SHAPE_CLASSES: dict[str, type[Shape]] = {name: runtime.shape_class for name, runtime in DRIVERS.items()}
@@ -93,6 +93,16 @@ def engine_argv(shape: Shape | Any, model_root: str = "", entry: list[str] | Non
     runtime = driver_of(typed)
     argv = runtime.argv(typed, model_root, entry)
     return runtime.container_command(argv) if container else argv
+
+
+def engine_environment(shape: Shape | Any, model_root: str = "", name: str | None = None) -> dict[str, str]:
+    """The engine's own environment for a shape (an engine configured by variables); the role
+    merges the inventory's endpoint_environment over it."""
+    try:
+        typed = parse_shape(shape, name)
+    except ShapeError as exc:
+        raise ArgvError(str(exc)) from None
+    return driver_of(typed).environment(typed, model_root)
 
 
 # --- the ledger ----------------------------------------------------------------------------------

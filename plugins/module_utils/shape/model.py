@@ -253,6 +253,11 @@ class Shape:
     client_base_url: str | None = key("str", "Client contract - the URL clients use (default http://HOST:PORT/v1).", group="client")
     client_gap: int | None = key("int", "Client contract - the gap between the engine ceiling and the advertised window.", maximum=MAX_TOKENS, group="client")
     client_max_tokens: int | None = key("int", "Client contract - maxTokens.", minimum=1, maximum=MAX_TOKENS, group="client")
+    client_sampler: Mapping[str, Any] | None = key(
+        "mapping",
+        "Client contract - the sampler recipe the harness sends (e.g. temperature, top_p, top_k, min_p), as models.yml compat.extraBody.",
+        group="client",
+    )
     reasoning_efforts: tuple[str, ...] = key(
         "list",
         "Client contract - the reasoning_effort values the template accepts, e.g. [low, medium, xhigh].",
