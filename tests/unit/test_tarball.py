@@ -16,6 +16,7 @@ ALLOWED_TOP_LEVEL = {
     "MANIFEST.json",
     "FILES.json",
     "README.md",
+    "LICENSE",
     "CHANGELOG.md",
     "changelogs",
     "docs",
