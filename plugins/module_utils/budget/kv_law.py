@@ -9,7 +9,9 @@ llama.cpp (checked against llama-server's `llama_kv_cache: size = ...` line):
   head dim;
 - --ctx-size is padded to 256; --parallel N splits it into N per-sequence streams (each padded to
   256 cells); it never multiplies the pool. With --kv-unified there is one stream of n_ctx cells;
-- sliding-window layers hold min(stream cells, window * (N if unified else 1) + ubatch) cells;
+- sliding-window layers hold min(stream cells, window * (N if unified else 1) + n_ubatch) cells;
+  which layers slide is the header's pattern, else the architecture's own period (phi3: none);
+- MTP (nextn) layers have no cache in the main context;
 - recurrent layers (Mamba, DeltaNet, RWKV) hold a fixed f32 state per sequence.
 """
 
