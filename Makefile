@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo lab-up lab-down lab-purge lab-status lint unit unit-fast integration sanity molecule test build bench
+.PHONY: help setup demo lab-up lab-down lab-purge lab-status lint unit unit-fast integration differential sanity molecule test build bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -35,8 +35,16 @@ lint: setup ## yamllint, ansible-lint (production profile), ruff
 	ruff format --check .
 	ansible-lint --profile production
 
-unit: setup ## pytest: unit tests (no lab needed)
-	pytest tests/unit tests/hostile tests/replay
+unit: setup ## pytest: unit tests, the seed replay and the differential corpus replay (no lab needed)
+	pytest tests/unit tests/hostile tests/replay tests/differential
+
+# `make differential N=50 SEED=8`: draw N more shapes on random tiny models and boot each on the
+# lab's llama-server (scripts/differential.py); the cases land in tests/differential/corpus.
+N ?= 20
+SEED ?= 1
+differential: setup lab-up ## grow the llama.cpp differential corpus on the lab (N=cases SEED=draw), then replay it
+	python scripts/differential.py -n $(N) --seed $(SEED)
+	python scripts/differential.py --report
 
 unit-fast: ## pytest: unit tests without the slow tier (no ansible-playbook, promtool, ansible-doc)
 	pytest tests/unit -m "not slow"

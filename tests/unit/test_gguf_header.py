@@ -89,3 +89,23 @@ def test_sparse_file_header_is_read_without_touching_data(tmp_path):
     header = read_header(path)
     assert header.file_size == 8 * (1 << 30)
     assert header.architecture == "llama"
+
+
+def test_a_vocabulary_past_keep_array_max_is_skipped_string_by_string(tmp_path):
+    # Found by the differential harness: skipping a string lost its 8-byte length field, so any
+    # vocabulary longer than KEEP_ARRAY_MAX (every published model's) misread the next string.
+    path = tmp_path / "vocab.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_token_list([f"tok{i}" for i in range(5000)])
+    writer.add_string("general.after", "still read")
+    writer.add_tensor("blk.0.attn_k.weight", np.zeros((2, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    header = read_header(path)
+    assert header.get("tokenizer.ggml.tokens") is None
+    assert header.array_lengths["tokenizer.ggml.tokens"] == 5000
+    assert header.get("general.after") == "still read"
+    assert [t.name for t in header.tensors] == ["blk.0.attn_k.weight"]

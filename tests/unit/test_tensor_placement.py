@@ -69,7 +69,12 @@ def test_routed_experts_on_host_leave_the_cards_and_keep_the_layer_split(moe):
     assert host(placed, "input_embeddings") == INPUT_BYTES
     assert placed.fits
     assert f"override_tensor exps=CPU: 12 tensor(s), {4 * expert_bytes() / 2**20:,.1f} MiB in host RAM" in placed.notes
-    assert f"host RAM: input_embeddings {INPUT_BYTES / 2**20:,.1f}, override_tensor_weights {4 * expert_bytes() / 2**20:,.1f} (MiB)" in render_table(placed)
+    # The logits (output) buffer is host RAM too: n_vocab x 1 slot x 4 B.
+    output = host(placed, "output_buffer") / 2**20
+    assert (
+        f"host RAM: input_embeddings {INPUT_BYTES / 2**20:,.1f}, override_tensor_weights {4 * expert_bytes() / 2**20:,.1f}, output_buffer {output:,.1f} (MiB)"
+        in render_table(placed)
+    )
     # The KV stays with its layer: an override moves weights only.
     assert [term(d, "kv") for d in placed.devices] == [term(d, "kv") for d in whole.devices]
 

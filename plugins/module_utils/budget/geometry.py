@@ -162,7 +162,8 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
     (or head_dim_k_swa/head_dim_v_swa: sliding-window layers' own dims),
     layer_kinds (list of full|swa|recurrent, optional), sliding_window, recurrent_state_bytes,
     layer_bytes (per layer size or list), output_bytes, input_bytes, k_eq_v, nextn_layers (in-file MTP
-    layers, whose draft context adds to the saved prompt state).
+    layers, whose draft context adds to the saved prompt state); for llama.cpp's compute and output
+    buffers: n_vocab, n_embd, n_head, n_ff (and ssm_d_inner, ssm_d_state for Mamba).
     """
     if not isinstance(spec, Mapping):
         raise ShapeError(f"{field_name}: expected a mapping with n_layer, n_head_kv and head_dim")
@@ -192,8 +193,8 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
     dim_k_swa = number("head_dim_k_swa", spec.get("head_dim_swa", dim_k), 1, 65536) or dim_k
     dim_v_swa = number("head_dim_v_swa", spec.get("head_dim_swa", dim_v), 1, 65536) or dim_v
     kinds = spec.get("layer_kinds") or ["full"] * n_layer
-    if not isinstance(kinds, list) or len(kinds) != n_layer or any(k not in ("full", "swa", "recurrent") for k in kinds):
-        raise ShapeError(f"{field_name}.layer_kinds: give {n_layer} values, each full, swa or recurrent")
+    if not isinstance(kinds, list) or len(kinds) != n_layer or any(k not in ("full", "swa", "recurrent", "nextn") for k in kinds):
+        raise ShapeError(f"{field_name}.layer_kinds: give {n_layer} values, each full, swa, recurrent or nextn")
     state = size("recurrent_state_bytes")
     k_eq_v = bool(spec.get("k_eq_v", False))
     layers = [
@@ -217,4 +218,48 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
         input_weight_bytes=size("input_bytes"),
         output_weight_bytes=size("output_bytes"),
         nextn_layers=number("nextn_layers", 0, 0, 64) or 0,
+        n_ctx_train=number("n_ctx_train", 0, 0, MAX_CONTEXT_LENGTH) or 0,
+        n_embd=number("n_embd", 0, 0, MAX_EMBEDDING_LENGTH) or 0,
+        n_vocab=number("n_vocab", 0, 0, MAX_ARRAY_LENGTH) or 0,
+        n_head=number("n_head", 0, 0, MAX_HEAD_COUNT) or 0,
+        n_ff=number("n_ff", 0, 0, MAX_EMBEDDING_LENGTH * 64) or 0,
+        ssm_d_inner=number("ssm_d_inner", 0, 0, 1 << 20) or 0,
+        ssm_d_state=number("ssm_d_state", 0, 0, 1 << 20) or 0,
     )
+
+
+def geometry_mapping(geometry: kv_law.ModelGeometry) -> dict[str, Any]:
+    """The explicit `model_geometry` mapping that prices as `geometry` does (geometry_from_dict's
+    keys): what a shape carries when its header is not readable where the budget runs."""
+    layers = geometry.layers
+    attn = [layer for layer in layers if layer.kind in ("full", "nextn")] or [layer for layer in layers if layer.kind == "swa"]
+    swa = [layer for layer in layers if layer.kind == "swa"] or attn
+    state = next((layer.recurrent_state_bytes for layer in layers if layer.kind == "recurrent"), 0)
+    spec: dict[str, Any] = {
+        "architecture": geometry.architecture,
+        "n_layer": len(layers),
+        "n_head_kv": [layer.n_head_kv for layer in layers],
+        "head_dim_k": attn[0].head_dim_k if attn else 1,
+        "head_dim_v": attn[0].head_dim_v if attn else 1,
+        "head_dim_k_swa": swa[0].head_dim_k if swa else 1,
+        "head_dim_v_swa": swa[0].head_dim_v if swa else 1,
+        "layer_kinds": [layer.kind for layer in layers],
+        "layer_bytes": [geometry.layer_weight_bytes.get(il, 0) for il in range(len(layers))],
+        "input_bytes": geometry.input_weight_bytes,
+        "output_bytes": geometry.output_weight_bytes,
+    }
+    optional = {
+        "sliding_window": geometry.sliding_window,
+        "recurrent_state_bytes": state,
+        "k_eq_v": any(layer.k_eq_v for layer in layers),
+        "nextn_layers": geometry.nextn_layers,
+        "n_ctx_train": geometry.n_ctx_train,
+        "n_embd": geometry.n_embd,
+        "n_vocab": geometry.n_vocab,
+        "n_head": geometry.n_head,
+        "n_ff": geometry.n_ff,
+        "ssm_d_inner": geometry.ssm_d_inner,
+        "ssm_d_state": geometry.ssm_d_state,
+    }
+    spec.update({key: value for key, value in optional.items() if value})
+    return spec

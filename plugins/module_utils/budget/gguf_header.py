@@ -236,7 +236,10 @@ class _Cursor:
             raise GGUFError(f"corrupt GGUF: {what} at offset {start} is not UTF-8") from exc
 
     def skip_string(self, what: str) -> None:
-        self.pos += self.string_length(what)
+        # Two statements: `self.pos += self.string_length(...)` reads pos before the length field
+        # is consumed, so every skipped string (a vocabulary past KEEP_ARRAY_MAX) lost 8 bytes.
+        length = self.string_length(what)
+        self.pos += length
 
 
 def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> Any:

@@ -9,7 +9,9 @@ llama.cpp (checked against llama-server's `llama_kv_cache: size = ...` line):
   head dim;
 - --ctx-size is padded to 256; --parallel N splits it into N per-sequence streams (each padded to
   256 cells); it never multiplies the pool. With --kv-unified there is one stream of n_ctx cells;
-- sliding-window layers hold min(stream cells, window * (N if unified else 1) + ubatch) cells;
+- sliding-window layers hold min(stream cells, window * (N if unified else 1) + n_ubatch) cells;
+  which layers slide is the header's pattern, else the architecture's own period (phi3: none);
+- MTP (nextn) layers have no cache in the main context;
 - recurrent layers (Mamba, DeltaNet, RWKV) hold a fixed f32 state per sequence.
 """
 
@@ -53,9 +55,30 @@ VLLM_KV_DTYPES: dict[str, int] = {
 
 # Architectures whose every layer is recurrent (fixed state per sequence, no KV cells).
 RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
-# Architectures whose sliding-window layer pattern llama.cpp hard-codes (every Nth layer is full).
+# Architectures whose sliding-window layer pattern llama.cpp hard-codes when the header gives none
+# (src/models/*.cpp, `load_swa_pattern(ml, n_pattern, dense_first)`; `set_swa_pattern`: a layer is
+# full at il % n == n - 1, or with dense_first at il % n == 0).
 # gemma4: 5 full of 30 layers (seeds/004: "5 full layers at n_head_kv 2) + 306.25 MiB (25 SWA rings").
-SWA_PATTERN_BY_ARCH = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "gemma4": 6, "cohere2": 4, "llama4": 4}
+# gpt-oss: 2 (its converter writes only `sliding_window`, no pattern: conversion/gpt_oss.py).
+SWA_PATTERN_BY_ARCH = {
+    "gemma2": 2,
+    "gemma3": 6,
+    "gemma3n": 5,
+    "gemma4": 6,
+    "gemma-embedding": 6,
+    "cohere2": 4,
+    "llama4": 4,
+    "gpt-oss": 2,
+    "exaone4": 4,
+    "olmo2": 4,
+    "afmoe": 4,
+    "plamo3": 8,
+}
+# The same rule with the full layer first in each period (dense_first).
+SWA_PATTERN_DENSE_FIRST = {"cohere2moe": 4, "smallthinker": 4, "laguna": 4, "modern-bert": 3}
+# phi3's loader ignores the header's window (src/models/phi3.cpp: `hparams.swa_type =
+# LLAMA_SWA_TYPE_NONE; n_swa = 0`, "Phi SWA is currently disabled"): every layer is full.
+SWA_DISABLED_ARCHS = frozenset({"phi3"})
 
 
 class KvLawError(ValueError):
@@ -70,7 +93,7 @@ def _pad(value: int, multiple: int = N_PAD) -> int:
 class LayerKV:
     """One layer's cache geometry. kind: full | swa | recurrent."""
 
-    kind: str
+    kind: str  # full | swa | recurrent | nextn (an MTP layer: no cache in the main context)
     n_head_kv: int = 0
     head_dim_k: int = 0
     head_dim_v: int = 0
@@ -91,6 +114,12 @@ class ModelGeometry:
     input_weight_bytes: int = 0  # token embeddings: kept in host memory by llama.cpp
     output_weight_bytes: int = 0  # output norm + output head: on the last device
     nextn_layers: int = 0  # in-file MTP (nextn) layers: their draft context adds to every saved prompt state
+    # The compute and output buffers' law (budget/graph_law.py) reads these; 0 where unknown.
+    n_vocab: int = 0
+    n_head: int = 0  # attention heads of the widest layer
+    n_ff: int = 0  # feed-forward width of the widest layer
+    ssm_d_inner: int = 0
+    ssm_d_state: int = 0
 
     @property
     def n_layer(self) -> int:
@@ -115,16 +144,29 @@ def _per_layer(value: Any, n_layer: int, name: str) -> list[int]:
     return [int(value)] * n_layer
 
 
+def _swa_window(header: GGUFHeader) -> int:
+    if header.architecture in SWA_DISABLED_ARCHS:
+        return 0
+    return int(header.arch_key("attention.sliding_window") or 0)
+
+
 def _swa_flags(header: GGUFHeader, n_layer: int) -> list[bool]:
-    window = header.arch_key("attention.sliding_window") or 0
-    if not window:
+    """Which layers slide (`llama_model_base::load_swa_pattern`): the header's per-layer array,
+    else its period, else the architecture's own; a window with none of them slides every layer."""
+    if not _swa_window(header):
         return [False] * n_layer
     pattern = header.arch_key("attention.sliding_window_pattern")
     if isinstance(pattern, list):
         return [bool(v) for v in pattern]
-    period = pattern if isinstance(pattern, int) and pattern > 0 else SWA_PATTERN_BY_ARCH.get(header.architecture, 0)
+    arch = header.architecture
+    if isinstance(pattern, int) and pattern > 0:
+        return [il % pattern < pattern - 1 for il in range(n_layer)]
+    if arch in SWA_PATTERN_DENSE_FIRST:
+        period = SWA_PATTERN_DENSE_FIRST[arch]
+        return [il % period != 0 for il in range(n_layer)]
+    period = SWA_PATTERN_BY_ARCH.get(arch, 0)
     if period:
-        return [(il + 1) % period != 0 for il in range(n_layer)]
+        return [il % period < period - 1 for il in range(n_layer)]
     return [True] * n_layer  # a window with no pattern applies to every layer
 
 
@@ -161,11 +203,17 @@ def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None =
     head_dim_v_swa = int(header.arch_key("attention.value_length_swa") or head_dim_v)
     k_eq_v = bool(header.arch_key("attention.k_eq_v") or header.arch_key("attention_k_eq_v"))
     swa = _swa_flags(header, n_layer)
+    # MTP (nextn) layers are the last `nextn_predict_layers` blocks; the main context caches none of
+    # them (src/llama-model.cpp `create_memory`: filter `il < n_layer()`), only the MTP draft context does.
+    nextn = min(int(header.arch_key("nextn_predict_layers") or 0), n_layer - 1)
     interval = header.arch_key("full_attention_interval")
     state = recurrent_state_bytes if recurrent_state_bytes is not None else _recurrent_state_bytes(header)
     has_ssm = state > 0 or arch in RECURRENT_ARCHS
     layers = []
     for il in range(n_layer):
+        if il >= n_layer - nextn:
+            layers.append(LayerKV("nextn", n_head_kv[il], head_dim_k, head_dim_v, k_eq_v))
+            continue
         if arch in RECURRENT_ARCHS:
             recurrent = True
         elif interval:
@@ -180,11 +228,12 @@ def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None =
             layers.append(LayerKV("full", n_head_kv[il], head_dim_k, head_dim_v, k_eq_v))
     non_layer = header.non_layer_bytes()
     input_bytes = sum(size for name, size in non_layer.items() if name.startswith("token_embd"))
+    n_ff = header.arch_key("feed_forward_length") or 0
     output_bytes = sum(non_layer.values()) - input_bytes
     return ModelGeometry(
         architecture=arch,
         layers=layers,
-        sliding_window=int(header.arch_key("attention.sliding_window") or 0),
+        sliding_window=_swa_window(header),
         n_ctx_train=int(header.arch_key("context_length") or 0),
         n_embd=n_embd,
         expert_count=int(header.arch_key("expert_count") or 0),
@@ -192,7 +241,24 @@ def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None =
         layer_weight_bytes=header.layer_bytes(),
         input_weight_bytes=input_bytes,
         output_weight_bytes=output_bytes,
+        nextn_layers=nextn,
+        n_vocab=_vocab_size(header),
+        n_head=max_heads,
+        n_ff=max(n_ff) if isinstance(n_ff, list) else int(n_ff),
+        ssm_d_inner=int(header.arch_key("ssm.inner_size") or 0),
+        ssm_d_state=int(header.arch_key("ssm.state_size") or 0),
     )
+
+
+def _vocab_size(header: GGUFHeader) -> int:
+    """n_vocab as llama.cpp's vocabulary has it: the token list's length (the embedding rows agree)."""
+    embd = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
+    if embd is not None and len(embd.shape) >= 2:
+        return int(embd.shape[1])
+    tokens = header.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list):
+        return len(tokens)
+    return int(header.array_lengths.get("tokenizer.ggml.tokens") or header.arch_key("vocab_size") or 0)
 
 
 def geometry_from_hf_config(config: dict[str, Any], source: str = "config.json") -> ModelGeometry:
@@ -250,6 +316,9 @@ class LlamaCppKv:
     per_layer: list[int]
     bytes_per_token_full: int  # one cell across all full-attention layers (K+V)
     per_slot_window: int  # the context one request can use
+    # One entry per cache the engine prints a `llama_kv_cache: size = ...` line for (full, then
+    # swa under iSWA): {kind, cells, layers, k_bytes, v_bytes}.
+    caches: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def attention_bytes(self) -> int:
@@ -271,6 +340,7 @@ class LlamaCppKv:
             "total_bytes": self.total_bytes,
             "bytes_per_token_full": self.bytes_per_token_full,
             "per_slot_window": self.per_slot_window,
+            "caches": self.caches,
         }
 
 
@@ -322,7 +392,11 @@ def llamacpp_kv(
         swa_cells = cells
     k_total = v_total = rec_total = full_token = 0
     per_layer = []
+    caches = {kind: {"kind": kind, "cells": swa_cells if kind == "swa" else cells, "layers": 0, "k_bytes": 0, "v_bytes": 0} for kind in ("full", "swa")}
     for il, layer in enumerate(geometry.layers):
+        if layer.kind == "nextn":
+            per_layer.append(0)
+            continue
         if layer.kind == "recurrent":
             size = layer.recurrent_state_bytes * parallel
             rec_total += size
@@ -335,6 +409,9 @@ def llamacpp_kv(
         k_total += k_row * layer_cells
         v_total += v_row * layer_cells
         per_layer.append((k_row + v_row) * layer_cells)
+        caches[layer.kind]["layers"] += 1
+        caches[layer.kind]["k_bytes"] += k_row * layer_cells
+        caches[layer.kind]["v_bytes"] += v_row * layer_cells
         if layer.kind == "full":
             full_token += k_row + v_row
     return LlamaCppKv(
@@ -348,6 +425,8 @@ def llamacpp_kv(
         per_layer=per_layer,
         bytes_per_token_full=full_token,
         per_slot_window=n_ctx if unified else cells,
+        # iSWA (a window) prints the full cache, then the sliding one, each even when it holds no layer.
+        caches=[caches["full"], caches["swa"]] if geometry.sliding_window else [caches["full"]] if caches["full"]["layers"] or not rec_total else [],
     )
 
 

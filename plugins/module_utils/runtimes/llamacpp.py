@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, kv_law, placement, rules
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, graph_law, kv_law, placement, rules
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import (
     BudgetResult,
     DeviceLedger,
@@ -197,6 +197,7 @@ def llamacpp_argv(shape: LlamaCppShape, model_root: str = "", binary: str = "/us
         argv += ["--spec-draft-n-max", str(shape.draft_max)]
     if shape.draft_device:
         argv += ["--device-draft", shape.draft_device]
+
     if shape.cache_ram is not None:
         argv += ["--cache-ram", str(shape.cache_ram >> 20)]  # MiB
     if shape.jinja:
@@ -220,9 +221,20 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
     geometry = payload.geometry(shape.model_geometry, shape.model_file, "model")
     if geometry is None:
         raise ShapeError("model_file: give the GGUF (first part of a split set) and price where the payload is, or give model_geometry")
+    _check_flash_attn(shape)
+    batch = graph_law.llamacpp_batch(shape.ctx_size, shape.parallel, shape.batch, shape.ubatch, _n_draft(shape))
     try:
+        # The sliding window holds window + n_ubatch cells, n_ubatch as the context caps it (by
+        # --batch-size and --ctx-size), not the flag as given.
         kv = kv_law.llamacpp_kv(
-            geometry, shape.ctx_size, shape.parallel, shape.type_k, shape.cache_type_v, unified=shape.kv_unified, ubatch=shape.ubatch, swa_full=shape.swa_full
+            geometry,
+            shape.ctx_size,
+            shape.parallel,
+            shape.type_k,
+            shape.cache_type_v,
+            unified=shape.kv_unified,
+            ubatch=batch.n_ubatch,
+            swa_full=shape.swa_full,
         )
     except kv_law.KvLawError as exc:
         raise ShapeError(str(exc)) from None
@@ -261,31 +273,31 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
             device.add("override_tensor_weights", overrides.onto_device[index], "tensors --override-tensor places on this device")
         device.add("kv", kv_bytes[index], f"{shape.type_k}/{shape.cache_type_v}")
 
-    compute = shape.compute_buffer
-    if isinstance(compute, tuple):
-        if len(compute) != len(devices):
-            raise ShapeError(f"compute_buffer: {len(compute)} values for {len(devices)} devices")
-        for device, size in zip(devices, compute):
-            device.add("compute", size, f"ubatch {shape.ubatch}")
-    elif compute is not None:
-        for device in devices:
-            device.add("compute", compute, f"ubatch {shape.ubatch}")
+    host_compute = _compute_terms(shape, devices, geometry, kv, batch, layer_device, notes)
 
     devices[0].add("projector", _projector_bytes(shape, payload))
     drafter = payload.geometry(shape.drafter_geometry, shape.drafter, "drafter")
+    output_bytes = graph_law.output_buffer_bytes(geometry, batch.n_outputs_max)
     if shape.drafter and drafter is None:
         raise ShapeError("drafter: its header sizes its KV; price where the payload is, or give drafter_geometry")
     draft_kv_bytes = 0
     if drafter is not None:
+        # The draft context's cache types are its own flags, --cache-type-k-draft / -v-draft,
+        # default f16 whatever the target's (common/speculative.cpp
+        # `common_base_params_to_speculative`: `result.cache_type_k = params_spec.cache_type_k`);
+        # it inherits the target's n_ctx, slots, unified flag, swa_full and n_ubatch.
         draft_kv = kv_law.llamacpp_kv(
             drafter,
             shape.ctx_size,
             shape.parallel,
-            shape.drafter_type_k or shape.type_k,
-            shape.drafter_type_v or shape.cache_type_v,
+            shape.drafter_type_k or DRAFT_CACHE_TYPE,
+            shape.drafter_type_v or DRAFT_CACHE_TYPE,
             unified=shape.kv_unified,
-            ubatch=shape.ubatch,
+            ubatch=batch.n_ubatch,
+            swa_full=shape.swa_full,
         )
+        # The draft context's logits: n_outputs_max = n_parallel (common_speculative_init_result).
+        output_bytes += graph_law.output_buffer_bytes(drafter, min(batch.n_batch, shape.parallel))
         draft_kv_bytes = draft_kv.total_bytes
         devices[last].add("drafter_weights", drafter.weight_bytes)
         window_note = f"window {drafter.sliding_window}" if drafter.sliding_window else "no sliding window: caches the full target window"
@@ -299,6 +311,8 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
             ("host_layers", host_weights),
             ("override_tensor_weights", overrides.to_host if overrides is not None else 0),
             ("host_kv", host_kv),
+            ("output_buffer", output_bytes),
+            ("host_compute", host_compute),
         )
         if size
     ]
@@ -345,6 +359,66 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
         kv_facts["prompt_state_per_token"] = state_per_token
         kv_facts["cache_ram_tokens_held"] = shape.cache_ram // state_per_token if state_per_token else None
     return BudgetResult(NAME, devices, kv_facts, client, verdicts, host_terms, notes, key, calibration.geometry_spec(geometry))
+
+
+DRAFT_CACHE_TYPE = "f16"  # common/common.h: cache_type_k_draft / cache_type_v_draft default GGML_TYPE_F16
+
+
+def _n_draft(shape: LlamaCppShape) -> int:
+    """Draft tokens per slot the server sizes its outputs for: --spec-draft-n-max with a
+    model-backed speculator (default 3), none without one."""
+    if not (shape.drafter or any(part.startswith("draft-") for part in spec_chain(shape.spec_type))):
+        return 0
+    return shape.draft_max or 3
+
+
+def _check_flash_attn(shape: LlamaCppShape) -> None:
+    """llama.cpp refuses a quantised V cache without flash attention (src/llama-context.cpp,
+    `llama_init_from_model`: "quantized V cache requires flash_attn to be enabled")."""
+    if shape.flash_attn is False and shape.cache_type_v.lower() not in ("f32", "f16", "bf16"):
+        raise ShapeError(
+            f"type_v: {shape.cache_type_v} is a quantised V cache, which llama.cpp refuses with flash_attn off "
+            "(quantized V cache requires flash_attn to be enabled); turn flash_attn on (or leave it unset: auto) or use f16"
+        )
+
+
+def _compute_terms(
+    shape: LlamaCppShape,
+    devices: list[DeviceLedger],
+    geometry: kv_law.ModelGeometry,
+    kv: kv_law.LlamaCppKv,
+    batch: graph_law.LlamaCppBatch,
+    layer_device: list[int],
+    notes: list[str],
+) -> int:
+    """The compute buffers: the shape's compute_buffer pin where given (one size, or one per
+    device), else the graph law on each device that holds layers, and on the host when it computes
+    layers itself. Returns the host's term."""
+    pinned = shape.compute_buffer
+    if isinstance(pinned, tuple):
+        if len(pinned) != len(devices):
+            raise ShapeError(f"compute_buffer: {len(pinned)} values for {len(devices)} devices")
+        for device, size in zip(devices, pinned):
+            device.add("compute", size, f"ubatch {shape.ubatch}, pinned")
+        return 0
+    if pinned is not None:
+        for device in devices:
+            device.add("compute", pinned, f"ubatch {shape.ubatch}, pinned")
+        return 0
+    if not geometry.n_embd or not (geometry.n_vocab and (geometry.n_ff or geometry.ssm_d_inner)):
+        notes.append("compute: the geometry gives no n_embd, n_vocab and n_ff to size the compute buffer by its law; pin compute_buffer (0 billed)")
+        return 0
+    flash_attn = shape.flash_attn is not False  # auto resolves on where the device supports it (CPU, CUDA)
+    size = graph_law.compute_buffer_bytes(geometry, kv, batch, shape.parallel, flash_attn, shape.type_k, shape.cache_type_v)
+    note = f"law: n_ubatch {batch.n_ubatch}, flash attention {'on' if flash_attn else 'off'}"
+    for index, device in enumerate(devices):
+        if index in layer_device:
+            device.add("compute", size, note)
+    notes.append(
+        f"compute: {size / MIB:,.1f} MiB per device holding layers, by the graph law calibrated on the CPU backend's boots "
+        "(extrapolated to GPU devices); pin compute_buffer from a boot's sched_reserve line to override"
+    )
+    return size if HOST in layer_device[: geometry.n_layer] else 0
 
 
 def _draft_depth_note(shape: LlamaCppShape, notes: list[str]) -> None:
@@ -491,7 +565,9 @@ def _parse_llamacpp_line(line: str, ledger: BootLedger) -> None:
     match = _LCPP_BUFFER.search(line)
     if match:
         device, kind = match.group(2), match.group(3)
-        ledger.buffers.setdefault(kind, {})[device] = parse_size(match.group(4))
+        # Several buffers of one kind on one device add up (iSWA prints a full and a sliding KV buffer).
+        per_device = ledger.buffers.setdefault(kind, {})
+        per_device[device] = per_device.get(device, 0) + parse_size(match.group(4))
         return
     if "memory breakdown" in line or "|" not in line:
         return
