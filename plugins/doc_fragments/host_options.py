@@ -282,8 +282,24 @@ options:
         description:
           - Before a restart of a running unit, seconds to wait for the engine's in-flight requests (read from
             its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened.
+          - The listener on the port is judged first (a foreign one fails, and no key is sent to it); when
+            nothing listens there is nothing to drain. Work that cannot be read counts as busy, so the restart
+            waits the whole timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force).
         type: int
         default: 60
+      drain_api_key:
+        description:
+          - The key the running engine holds, for the drain's read of /metrics (during a rotation the previous
+            key, which C(endpoint_deploy) passes from the kept last-good secrets); O(health.api_key) is tried
+            after it. Never logged.
+        type: str
+        default: ''
+      drain_force:
+        description:
+          - Restart at once when the drain cannot read the in-flight requests (no metrics, every key refused).
+            Without it such a restart first waits O(health.drain_timeout) in full.
+        type: bool
+        default: false
   dropins:
     description:
       - Drop-in files (C(NAME.service.d/*.conf), by file name or path) the unit may have. Any other drop-in
@@ -617,8 +633,24 @@ options:
             description:
               - Before a restart of a running unit, seconds to wait for the engine's in-flight requests (read
                 from its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened.
+              - The listener on the port is judged first (a foreign one fails, and no key is sent to it); when
+                nothing listens there is nothing to drain. Work that cannot be read counts as busy, so the
+                restart waits the whole timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force).
             type: int
             default: 60
+          drain_api_key:
+            description:
+              - The key the running engine holds, for the drain's read of /metrics (during a rotation the
+                previous key, which C(endpoint_deploy) passes from the kept last-good secrets);
+                O(health.api_key) is tried after it. Never logged.
+            type: str
+            default: ''
+          drain_force:
+            description:
+              - Restart at once when the drain cannot read the in-flight requests (no metrics, every key
+                refused). Without it such a restart first waits O(health.drain_timeout) in full.
+            type: bool
+            default: false
       dropins:
         description:
           - Drop-in files (C(NAME.service.d/*.conf), by file name or path) the unit may have. Any other

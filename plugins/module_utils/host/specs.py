@@ -142,6 +142,33 @@ HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
                 "Before a restart of a running unit, seconds to wait for the engine's in-flight requests (read from "
                 "its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened."
             ),
+            (
+                "The listener on the port is judged first (a foreign one fails, and no key is sent to it); when nothing"
+                " listens there is nothing to drain. Work that cannot be read counts as busy, so the restart waits the whole"
+                " timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force)."
+            ),
+        ],
+    },
+    "drain_api_key": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": [
+            (
+                "The key the running engine holds, for the drain's read of /metrics (during a rotation the previous key,"
+                " which C(endpoint_deploy) passes from the kept last-good secrets); O(health.api_key) is tried after it."
+                " Never logged."
+            ),
+        ],
+    },
+    "drain_force": {
+        "type": "bool",
+        "default": False,
+        "description": [
+            (
+                "Restart at once when the drain cannot read the in-flight requests (no metrics, every key refused)."
+                " Without it such a restart first waits O(health.drain_timeout) in full."
+            ),
         ],
     },
 }

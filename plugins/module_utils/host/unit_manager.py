@@ -50,6 +50,9 @@ class HealthSpec:
     allowed_restarts: int = default(HEALTH_OPTIONS, "allowed_restarts")
     api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
     drain_timeout: float = default(HEALTH_OPTIONS, "drain_timeout")  # seconds a restart waits for in-flight requests
+    # The key the running engine holds (the previous one during a rotation); never printed.
+    drain_api_key: str = field(default="", repr=False)
+    drain_force: bool = default(HEALTH_OPTIONS, "drain_force")  # restart even when in-flight work cannot be read
 
 
 def boottime() -> float:
@@ -114,18 +117,26 @@ class UnitManager:
 
     # --- gates -----------------------------------------------------------------------------
 
-    def port_gate(self, unit: str, health: HealthSpec) -> None:
-        """Before start: nothing foreign may hold the port."""
+    def port_owned(self, unit: str, health: HealthSpec) -> bool:
+        """Whether the unit's own engine listens on the port (False: nothing listens). A foreign
+        listener fails: judged before any credential is sent to the port (the drain, the port gate)."""
         props = self.show(unit)
         cgroup = props.get("ControlGroup", "")
         container_pid = self.container_pid(health.container)
-        for pid, cmdline in self.listeners(health.port):
+        listeners = self.listeners(health.port)
+        for pid, cmdline in listeners:
             verdict = judge_listener(pid, cgroup, container_pid, None, self.proc)
             if not verdict.owned:
                 raise GateError(
-                    f"port {health.port} is held by PID {pid} ({cmdline[:200]}), which is not {unit}'s; stop it or change the port",
+                    f"port {health.port} is held by PID {pid} ({cmdline[:200]}), which is not {unit}'s; stop it or change the port"
+                    " (no key was sent to it)",
                     {"foreign_pid": pid, "foreign_cmdline": cmdline},
                 )
+        return bool(listeners)
+
+    def port_gate(self, unit: str, health: HealthSpec) -> None:
+        """Before start: nothing foreign may hold the port."""
+        self.port_owned(unit, health)
 
     def stop_previous(self, unit: str, health: HealthSpec | None) -> None:
         props = self.show(unit)
