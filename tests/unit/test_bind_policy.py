@@ -73,6 +73,49 @@ def test_a_credential_flag_in_extra_args_is_refused(flag):
         parse_shape(shape, "frank-secondary")
 
 
+LLAMACPP_SHAPE = {"runtime": "llamacpp", "port": 7771, "model_file": "m.gguf", "ctx_size": 4096}
+VLLM_SHAPE = {"runtime": "vllm", "port": 7770, "model_file": ".", "max_model_len": 4096}
+
+
+@pytest.mark.parametrize(
+    ("shape", "args"),
+    [
+        (VLLM_SHAPE, ["--api_key=sk-in-argv"]),
+        (VLLM_SHAPE, ["--hf_token=hf_in_argv"]),
+        (VLLM_SHAPE, ["--api_key", "sk-in-argv"]),
+        (VLLM_SHAPE, ["--api-k", "sk-in-argv"]),  # argparse takes an unambiguous prefix
+        (VLLM_SHAPE, ["--hf-tok=hf_in_argv"]),
+        (LLAMACPP_SHAPE, ["--api_key", "sk-in-argv"]),  # llama-server reads `_` as `-` too
+        (LLAMACPP_SHAPE, ["-hft", "hf_in_argv"]),
+    ],
+)
+def test_a_credential_flag_is_refused_in_every_spelling_the_engine_parses(shape, args):
+    with pytest.raises(ShapeError, match=r"^extra_args: (--api-key|--api_key|--hf-token|--hf_token|-hft) would put a credential.*endpoint_api_key") as refused:
+        parse_shape({**shape, "extra_args": args}, "frank-secondary")
+    assert "in_argv" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("shape", "args", "field"),
+    [
+        (LLAMACPP_SHAPE, ["--host", "0.0.0.0"], "bind"),
+        (LLAMACPP_SHAPE, ["--port", "8080"], "port"),
+        (VLLM_SHAPE, ["--host", "0.0.0.0"], "bind"),
+        (VLLM_SHAPE, ["--host=0.0.0.0"], "bind"),
+        (VLLM_SHAPE, ["--hos", "0.0.0.0"], "bind"),
+        (VLLM_SHAPE, ["--port=8080"], "port"),
+    ],
+)
+def test_host_and_port_come_from_the_shape_only(shape, args, field):
+    with pytest.raises(ShapeError, match=rf"^extra_args: {args[0]} sets --(host|port), which the argv takes from the shape's {field} only.*endpoint_shape.{field}"):
+        parse_shape({**shape, "extra_args": args}, "frank-secondary")
+
+
+def test_flags_that_merely_look_alike_are_kept():
+    assert parse_shape({**VLLM_SHAPE, "extra_args": ["--hf-config-path", "x", "--api-server-count", "1"]}, "p").extra_args
+    assert parse_shape({**LLAMACPP_SHAPE, "extra_args": ["--api-key-file", "/etc/k", "--hos"]}, "s").extra_args
+
+
 # --- the table's lifecycle on the host ---------------------------------------------------------
 
 NFT = "/usr/sbin/nft"
