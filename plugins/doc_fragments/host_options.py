@@ -104,7 +104,14 @@ options:
     type: int
     default: 30
   extra_args:
-    description: Further C(podman run) arguments, placed before the image.
+    description:
+      - Further C(podman run) arguments, placed before the image.
+      - An allowlist (C(podman_engine.py) ALLOWED_EXTRA_FLAGS), each as C(--flag=VALUE) or C(--flag VALUE),
+        C(--log-level), C(--log-driver), C(--log-opt), C(--tz), C(--init), C(--memory),
+        C(--memory-reservation), C(--memory-swap), C(--memory-swappiness), C(--cpus), C(--cpuset-cpus),
+        C(--cpuset-mems), C(--cpu-shares), C(--pids-limit), C(--stop-signal), C(--workdir) and C(--hostname).
+        Anything else (a mount, a device, an annotation, a namespace, a privilege, a bare value) is refused,
+        naming the option to use instead.
     type: list
     elements: str
     default: []
@@ -452,7 +459,14 @@ options:
         type: int
         default: 30
       extra_args:
-        description: Further C(podman run) arguments, placed before the image.
+        description:
+          - Further C(podman run) arguments, placed before the image.
+          - An allowlist (C(podman_engine.py) ALLOWED_EXTRA_FLAGS), each as C(--flag=VALUE) or C(--flag
+            VALUE), C(--log-level), C(--log-driver), C(--log-opt), C(--tz), C(--init), C(--memory),
+            C(--memory-reservation), C(--memory-swap), C(--memory-swappiness), C(--cpus), C(--cpuset-cpus),
+            C(--cpuset-mems), C(--cpu-shares), C(--pids-limit), C(--stop-signal), C(--workdir) and
+            C(--hostname). Anything else (a mount, a device, an annotation, a namespace, a privilege, a bare
+            value) is refused, naming the option to use instead.
         type: list
         elements: str
         default: []

@@ -60,7 +60,21 @@ ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
     "runtime": {"type": "str", "default": "", "description": "OCI runtime (C(crun), C(runc)); empty for podman's default."},
     "cgroups": {"type": "str", "default": "", "description": "Podman C(--cgroups) mode (for example V(disabled) for nested hosts); empty for the default."},
     "stop_timeout": {"type": "int", "default": 30, "description": "Seconds C(podman stop) waits before killing."},
-    "extra_args": {"type": "list", "elements": "str", "default": [], "description": "Further C(podman run) arguments, placed before the image."},
+    "extra_args": {
+        "type": "list",
+        "elements": "str",
+        "default": [],
+        "description": [
+            "Further C(podman run) arguments, placed before the image.",
+            (
+                "An allowlist (C(podman_engine.py) ALLOWED_EXTRA_FLAGS), each as C(--flag=VALUE) or C(--flag VALUE),"
+                " C(--log-level), C(--log-driver), C(--log-opt), C(--tz), C(--init), C(--memory), C(--memory-reservation),"
+                " C(--memory-swap), C(--memory-swappiness), C(--cpus), C(--cpuset-cpus), C(--cpuset-mems), C(--cpu-shares),"
+                " C(--pids-limit), C(--stop-signal), C(--workdir) and C(--hostname). Anything else (a mount, a device,"
+                " an annotation, a namespace, a privilege, a bare value) is refused, naming the option to use instead."
+            ),
+        ],
+    },
     "labels": {"type": "dict", "default": {}, "description": "Extra labels."},
     # Least privilege (docs/engine_units.md "Container privileges"): each default is the secure
     # one, and each option relaxes exactly one thing.
