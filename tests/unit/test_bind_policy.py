@@ -180,3 +180,38 @@ def test_a_sandboxed_native_unit_loads_its_table_with_full_privileges(tmp_path):
     assert starts == [f"ExecStartPre=+{NFT} -f /etc/llm-fleet/frank-large.nft", "ExecStartPre=/usr/bin/true"]
     # Without a firewall the unit is left as it was (no record churn for loopback endpoints).
     assert unit_with_firewall({"pre_start": []}, []) == {"pre_start": []}
+
+
+# --- published ports from a bridge network cross forward, which the table does not filter ------
+
+
+def _lan_deploy(tmp_path, engine):
+    from fake_host import FakeRunner
+
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+
+    host = Host(FakeRunner(), check_mode=True)  # refused in --check too; nothing is written either way
+    params = {
+        "unit": {"name": "frank-keyed.service", "command": ["/usr/bin/true"], "unit_dir": str(tmp_path / "u"), "env_dir": str(tmp_path / "e")},
+        "engine": engine,
+        "record_dir": str(tmp_path / "record"),
+        "shape": {"runtime": "llamacpp", "port": 7775},
+        "firewall": {"port": 7775, "networks": ["192.168.0.0/24"]},
+    }
+    return deploy_endpoint(params, host, diff=False), host
+
+
+def test_a_lan_bind_with_published_bridge_ports_is_refused_before_the_host_changes(tmp_path):
+    engine = {"name": "frank-keyed", "image": "localhost/llama:x", "digest": "sha256:" + "ab" * 32, "network": "bridge", "publish": ["7775:7775"]}
+    with pytest.raises(StepError, match=r"^endpoint_container.publish: 7775:7775 on network bridge is DNAT'ed through the forward hook.*network host"):
+        _lan_deploy(tmp_path, engine)
+    assert not (tmp_path / "u").exists() and not (tmp_path / "e").exists()
+
+
+def test_published_ports_stay_allowed_on_loopback_and_host_network_lan_binds_pass(tmp_path):
+    engine = {"name": "frank-keyed", "image": "localhost/llama:x", "digest": "sha256:" + "ab" * 32, "network": "host"}
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import Firewall, check_published
+
+    check_published(None, {**engine, "network": "bridge", "publish": ["127.0.0.1:7775:7775"]})
+    check_published(Firewall("frank-keyed", 7775, ("192.168.0.0/24",)), engine)

@@ -31,7 +31,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_secr
     without_secrets,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ensure_engine
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import ensure_firewall, firewall_from
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import check_published, ensure_firewall, firewall_from
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.probe import run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import (
     MAX_RECORD_BYTES,
@@ -123,7 +123,9 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     # The firewall goes in before the engine listens; the unit reloads it before every start, with
     # full privileges (`+`): a sandboxed native engine's unit has no CAP_NET_ADMIN to load it.
     endpoint = str(unit["name"]).rsplit(".", 1)[0]
-    firewall_result = ensure_firewall(endpoint, firewall_from(endpoint, params.get("firewall")), host, diff)
+    firewall = firewall_from(endpoint, params.get("firewall"))
+    check_published(firewall, engine)  # before anything on the host changes
+    firewall_result = ensure_firewall(endpoint, firewall, host, diff)
     unit = unit_with_firewall(unit, firewall_result.pop("pre_start", None))
     record = {"shape": params.get("shape") or {}, "engine": without_secrets(engine) or None, "unit": without_secrets(unit)}
     if params.get("payload"):
