@@ -12,6 +12,7 @@ so tests drive the logic with a fake runner.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,13 @@ class HealthSpec:
     drain_force: bool = default(HEALTH_OPTIONS, "drain_force")  # restart even when in-flight work cannot be read
 
 
+@dataclass(frozen=True)
+class ContainerState:
+    pid: int  # the engine process (the container's init)
+    conmon_pid: int
+    status: str  # running, exited, ...
+
+
 def boottime() -> float:
     """Seconds since boot on the clock /proc/PID/stat start times use."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -87,16 +95,42 @@ class UnitManager:
         self._check([SYSTEMCTL, verb, unit], change=True)
 
     def container_pid(self, name: str) -> int | None:
+        state = self.container_state(name)
+        return state.pid if state else None
+
+    def container_state(self, name: str) -> ContainerState | None:
+        """The engine container's process, its conmon and its status (`podman inspect`)."""
         if not name:
             return None
-        rc, out, _err = self.host.query([PODMAN, "inspect", "--format", "{{.State.Pid}}", name])
+        rc, out, _err = self.host.query([PODMAN, "inspect", "--format", "{{.State.Pid}} {{.State.ConmonPid}} {{.State.Status}}", name])
         if rc != 0:
             return None
+        fields = (out.strip().splitlines() or [""])[0].split()
         try:
-            pid = int(out.strip().splitlines()[0])
+            pid = int(fields[0])
+            conmon = int(fields[1]) if len(fields) > 1 else 0
         except (ValueError, IndexError):
             return None
-        return pid or None
+        if not pid:
+            return None
+        return ContainerState(pid, conmon, fields[2] if len(fields) > 2 else "")
+
+    def container_alive(self, name: str) -> str | None:
+        """None when the engine container runs under a live conmon that is its engine's parent;
+        else why not. A SIGKILLed conmon leaves the engine serving for some seconds, re-parented,
+        and then it dies: a listener then is no proof of a healthy container."""
+        state = self.container_state(name)
+        if state is None:
+            return f"the engine container {name} is not running"
+        if state.status != "running":
+            return f"the engine container {name} is {state.status or 'in no known state'}"
+        conmon = read_proc(state.conmon_pid, self.proc) if state.conmon_pid > 0 else None
+        if conmon is None or os.path.basename(conmon.cmdline.split(" ", 1)[0]) != "conmon":
+            return f"the engine container {name}'s conmon (PID {state.conmon_pid}) is gone: the engine dies within seconds"
+        engine = read_proc(state.pid, self.proc)
+        if engine is None or engine.ppid != state.conmon_pid:
+            return f"the engine process (PID {state.pid}) is not conmon {state.conmon_pid}'s: the container is not the one podman manages"
+        return None
 
     def remove_container(self, name: str) -> bool:
         """Remove exactly the engine's own container name (a stale registration or survivor)."""
