@@ -123,8 +123,11 @@ options:
     description:
       - The numeric C(UID:GID) the engine runs as inside the container (not root); the host's C(cache_dir) is
         created or chowned to it. V(0:0) runs the engine as root again.
+      - Empty (the default) gives each engine a UID:GID of its own, derived from the container name
+        (C(podman_engine.py) C(engine_uid), in 30000-49999), so a compromised engine cannot read another's
+        C(/proc/PID/environ) or caches.
     type: str
-    default: 10001:10001
+    default: ''
   cap_add:
     description: Capabilities the engine gets back (such as C(SYS_NICE)); every other capability is dropped (C(--cap-drop=all)).
     type: list
@@ -478,8 +481,11 @@ options:
         description:
           - The numeric C(UID:GID) the engine runs as inside the container (not root); the host's C(cache_dir)
             is created or chowned to it. V(0:0) runs the engine as root again.
+          - Empty (the default) gives each engine a UID:GID of its own, derived from the container name
+            (C(podman_engine.py) C(engine_uid), in 30000-49999), so a compromised engine cannot read another's
+            C(/proc/PID/environ) or caches.
         type: str
-        default: 10001:10001
+        default: ''
       cap_add:
         description: Capabilities the engine gets back (such as C(SYS_NICE)); every other capability is dropped (C(--cap-drop=all)).
         type: list

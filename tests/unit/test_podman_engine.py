@@ -10,7 +10,13 @@ from fake_host import FakeRunner
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import engine_step
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import CHOWN, CONFIG_HASH_KEY_FILE, ensure_engine, remove_engine
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import (
+    EngineContainer,
+    EngineError,
+    digest_verdict,
+    engine_uid,
+    render_podman_env_file,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
@@ -43,7 +49,7 @@ def test_run_argv_is_foreground_self_clearing_and_digest_pinned():
 
 
 PRIVILEGE_DEFAULTS = [
-    "--user=10001:10001",
+    f"--user={engine_uid('frank-primary')}:{engine_uid('frank-primary')}",
     "--cap-drop=all",
     "--security-opt=no-new-privileges",
     "--read-only",
@@ -75,7 +81,7 @@ def test_amd_groups_are_the_hosts_numeric_gids():
         ("read_only", False, [], ["--read-only", "--read-only-tmpfs=false", "--tmpfs=/tmp:rw,nosuid,nodev,mode=1777"]),
         ("no_new_privileges", False, [], ["--security-opt=no-new-privileges"]),
         ("seccomp_unconfined", True, ["--security-opt=seccomp=unconfined", "--security-opt=no-new-privileges"], []),
-        ("user", "0:0", ["--user=0:0", "--cap-drop=all"], ["--user=10001:10001"]),
+        ("user", "0:0", ["--user=0:0", "--cap-drop=all"], [f"--user={engine_uid('frank-primary')}:{engine_uid('frank-primary')}"]),
     ],
 )
 def test_each_option_relaxes_exactly_one_privilege(option, value, present, absent):
@@ -349,3 +355,14 @@ def test_allowed_podman_flags_take_their_values_in_both_forms():
     EngineContainer(name="e", image="localhost/vllm:fork", digest=DIGEST, extra_args=["--memory", "8g", "--pids-limit=512", "--init"]).validate()
     with pytest.raises(EngineError, match=r"^extra_args\[1\]: --memory needs a value"):
         EngineContainer(name="e", image="localhost/vllm:fork", digest=DIGEST, extra_args=["--init", "--memory"]).validate()
+
+
+def test_each_engine_gets_a_uid_of_its_own_derived_from_its_name():
+    # One shared UID (10001) let a compromised engine read another's /proc/PID/environ and caches.
+    names = ["frank-primary", "frank-secondary", "frank-large", "frank-keyed"]
+    uids = {name: EngineContainer(name=name, image="localhost/vllm:fork", digest=DIGEST).uid_gid() for name in names}
+    assert len({uid for uid, _gid in uids.values()}) == len(names)
+    assert all(uid == gid and 30000 <= uid < 50000 for uid, gid in uids.values())
+    assert uids["frank-primary"] == EngineContainer(name="frank-primary", image="x:y", digest=DIGEST).uid_gid()  # deterministic
+    argv = EngineContainer(name="frank-secondary", image="localhost/vllm:fork", digest=DIGEST).run_argv(KEY)
+    assert f"--user={engine_uid('frank-secondary')}:{engine_uid('frank-secondary')}" in argv and "--user=10001:10001" not in argv

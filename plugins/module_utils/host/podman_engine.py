@@ -86,6 +86,19 @@ ALLOWED_EXTRA_FLAGS: dict[str, bool] = {
 ENV_LINE_MAX_BYTES = 64 * 1024 - 1
 
 
+# Each engine's own UID (and GID), when the inventory gives none: one per container name, the same
+# on every host and every deploy, in a range of its own (above the host's login users, below
+# systemd's dynamic users at 61184). Engines sharing one UID could read each other's
+# /proc/PID/environ (the API key) and caches.
+ENGINE_UID_BASE = 30000
+ENGINE_UID_SPAN = 20000
+
+
+def engine_uid(name: str) -> int:
+    """ENGINE_UID_BASE + the first 8 bytes of sha256(name) modulo ENGINE_UID_SPAN."""
+    return ENGINE_UID_BASE + int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") % ENGINE_UID_SPAN
+
+
 class EngineError(ValueError):
     """An engine description that cannot be run safely; names the field."""
 
@@ -197,7 +210,11 @@ class EngineContainer:
                     raise EngineError(f"{name}: {problem}")
 
     def uid_gid(self) -> tuple[int, int]:
-        """The numeric UID and GID the engine runs as (the cache directory is owned by them)."""
+        """The numeric UID and GID the engine runs as (the cache directory is owned by them): the
+        given `user`, or (empty) one of this engine's own, derived from its name (engine_uid)."""
+        if not self.user:
+            uid = engine_uid(self.name)
+            return uid, uid
         match = _USER_RE.match(self.user)
         if not match:
             raise EngineError(f"user: give a numeric UID:GID such as 10001:10001 (the host's cache directory is chowned to it), not {self.user!r}")

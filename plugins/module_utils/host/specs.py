@@ -80,11 +80,16 @@ ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
     # one, and each option relaxes exactly one thing.
     "user": {
         "type": "str",
-        "default": "10001:10001",
+        "default": "",
         "description": [
             (
                 "The numeric C(UID:GID) the engine runs as inside the container (not root); the host's C(cache_dir) "
                 "is created or chowned to it. V(0:0) runs the engine as root again."
+            ),
+            (
+                "Empty (the default) gives each engine a UID:GID of its own, derived from the container name"
+                " (C(podman_engine.py) C(engine_uid), in 30000-49999), so a compromised engine cannot read another's"
+                " C(/proc/PID/environ) or caches."
             ),
         ],
     },
