@@ -107,7 +107,9 @@ def test_a_credential_flag_is_refused_in_every_spelling_the_engine_parses(shape,
     ],
 )
 def test_host_and_port_come_from_the_shape_only(shape, args, field):
-    with pytest.raises(ShapeError, match=rf"^extra_args: {args[0]} sets --(host|port), which the argv takes from the shape's {field} only.*endpoint_shape.{field}"):
+    with pytest.raises(
+        ShapeError, match=rf"^extra_args: {args[0]} sets --(host|port), which the argv takes from the shape's {field} only.*endpoint_shape.{field}"
+    ):
         parse_shape({**shape, "extra_args": args}, "frank-secondary")
 
 

@@ -253,7 +253,12 @@ def test_endpoint_deploy_drains_a_rotation_with_the_kept_previous_key(tmp_path, 
 
     def params(key):
         health = {"port": PORT, "drain_timeout": 30, "timeout": 1}
-        return {"unit": unit_params(dirs, health=health), "record_dir": str(tmp_path / "record"), "shape": {"runtime": "llamacpp", "port": PORT}, "api_key": key}
+        return {
+            "unit": unit_params(dirs, health=health),
+            "record_dir": str(tmp_path / "record"),
+            "shape": {"runtime": "llamacpp", "port": PORT},
+            "api_key": key,
+        }
 
     monkeypatch.setattr(deploy_steps, "wait_healthy", lambda *a, **k: type("H", (), {"as_dict": lambda self: {"healthy": True}})())
     deploy_endpoint(params("sk-old"), Host(FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="inactive")]})), diff=False)

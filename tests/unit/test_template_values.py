@@ -75,7 +75,7 @@ def test_each_role_refuses_an_injected_line_at_its_first_task(tmp_path, role, va
     assert proc.returncode != 0
     failed = [(name, result) for name, result in tasks if result.get("failed")]
     assert failed, tasks
-    name, result = failed[0]
+    _name, result = failed[0]
     assert f"{named}: a control character at offset" in result["msg"] and template in result["msg"]
     # Nothing before the check ran a change.
     assert all(not result.get("changed") for _name, result in tasks)

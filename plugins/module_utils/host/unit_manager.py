@@ -162,8 +162,7 @@ class UnitManager:
             verdict = judge_listener(pid, cgroup, container_pid, None, self.proc)
             if not verdict.owned:
                 raise GateError(
-                    f"port {health.port} is held by PID {pid} ({cmdline[:200]}), which is not {unit}'s; stop it or change the port"
-                    " (no key was sent to it)",
+                    f"port {health.port} is held by PID {pid} ({cmdline[:200]}), which is not {unit}'s; stop it or change the port (no key was sent to it)",
                     {"foreign_pid": pid, "foreign_cmdline": cmdline},
                 )
         return bool(listeners)

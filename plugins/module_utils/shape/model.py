@@ -407,9 +407,7 @@ def flag_named(arg: Any, flags: tuple[str, ...], underscores: bool = True, prefi
     return None
 
 
-def check_no_address_in_argv(
-    extra_args: tuple[str, ...], flags: tuple[str, ...] = ADDRESS_FLAGS, underscores: bool = True, prefixes: bool = False
-) -> None:
+def check_no_address_in_argv(extra_args: tuple[str, ...], flags: tuple[str, ...] = ADDRESS_FLAGS, underscores: bool = True, prefixes: bool = False) -> None:
     for arg in extra_args:
         flag = flag_named(arg, flags, underscores, prefixes)
         if flag:
@@ -421,9 +419,7 @@ def check_no_address_in_argv(
             )
 
 
-def check_no_key_in_argv(
-    extra_args: tuple[str, ...], flags: tuple[str, ...] = CREDENTIAL_FLAGS, underscores: bool = True, prefixes: bool = False
-) -> None:
+def check_no_key_in_argv(extra_args: tuple[str, ...], flags: tuple[str, ...] = CREDENTIAL_FLAGS, underscores: bool = True, prefixes: bool = False) -> None:
     for arg in extra_args:
         flag = flag_named(arg, flags, underscores, prefixes)
         if flag:
