@@ -20,7 +20,7 @@ require_lab_host()
 
 NAME = "frank-rotate"
 PORT = 7801
-STREAM_TOKENS = 12000
+STREAM_TOKENS = 3000
 KEY_OLD = "sk-lab-rotate-old-0123456789abcdef"
 KEY_NEW = "sk-lab-rotate-new-fedcba9876543210"
 OUT = "/tmp/frank-rotate-stream.out"
@@ -28,7 +28,7 @@ OUT = "/tmp/frank-rotate-stream.out"
 
 @pytest.fixture
 def rotate_inventory(tmp_path, request):
-    base = {"endpoint_probe": False, "endpoint_drain_timeout": 300}
+    base = {"endpoint_probe": False, "endpoint_drain_timeout": 600}
     shape = {"ctx_size": 32768, "parallel": 1}
     inventory = extra_endpoint_inventory(tmp_path, NAME, PORT, endpoint_shape=shape, endpoint_api_key=KEY_OLD, **base)
 
@@ -84,7 +84,7 @@ def test_a_key_rotation_waits_for_the_stream_it_would_cut(tmp_path, rotate_inven
         endpoint_shape={"ctx_size": 32768, "parallel": 1},
         endpoint_api_key=KEY_NEW,
         endpoint_probe=False,
-        endpoint_drain_timeout=300,
+        endpoint_drain_timeout=600,
     )
     began = time.monotonic()
     steps = deploy(tmp_path, rotate_inventory)
