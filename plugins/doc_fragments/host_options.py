@@ -104,7 +104,14 @@ options:
     type: int
     default: 30
   extra_args:
-    description: Further C(podman run) arguments, placed before the image.
+    description:
+      - Further C(podman run) arguments, placed before the image.
+      - An allowlist (C(podman_engine.py) ALLOWED_EXTRA_FLAGS), each as C(--flag=VALUE) or C(--flag VALUE),
+        C(--log-level), C(--log-driver), C(--log-opt), C(--tz), C(--init), C(--memory),
+        C(--memory-reservation), C(--memory-swap), C(--memory-swappiness), C(--cpus), C(--cpuset-cpus),
+        C(--cpuset-mems), C(--cpu-shares), C(--pids-limit), C(--stop-signal), C(--workdir) and C(--hostname).
+        Anything else (a mount, a device, an annotation, a namespace, a privilege, a bare value) is refused,
+        naming the option to use instead.
     type: list
     elements: str
     default: []
@@ -116,8 +123,11 @@ options:
     description:
       - The numeric C(UID:GID) the engine runs as inside the container (not root); the host's C(cache_dir) is
         created or chowned to it. V(0:0) runs the engine as root again.
+      - Empty (the default) gives each engine a UID:GID of its own, derived from the container name
+        (C(podman_engine.py) C(engine_uid), in 30000-49999), so a compromised engine cannot read another's
+        C(/proc/PID/environ) or caches.
     type: str
-    default: 10001:10001
+    default: ''
   cap_add:
     description: Capabilities the engine gets back (such as C(SYS_NICE)); every other capability is dropped (C(--cap-drop=all)).
     type: list
@@ -282,8 +292,24 @@ options:
         description:
           - Before a restart of a running unit, seconds to wait for the engine's in-flight requests (read from
             its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened.
+          - The listener on the port is judged first (a foreign one fails, and no key is sent to it); when
+            nothing listens there is nothing to drain. Work that cannot be read counts as busy, so the restart
+            waits the whole timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force).
         type: int
         default: 60
+      drain_api_key:
+        description:
+          - The key the running engine holds, for the drain's read of /metrics (during a rotation the previous
+            key, which C(endpoint_deploy) passes from the kept last-good secrets); O(health.api_key) is tried
+            after it. Never logged.
+        type: str
+        default: ''
+      drain_force:
+        description:
+          - Restart at once when the drain cannot read the in-flight requests (no metrics, every key refused).
+            Without it such a restart first waits O(health.drain_timeout) in full.
+        type: bool
+        default: false
   dropins:
     description:
       - Drop-in files (C(NAME.service.d/*.conf), by file name or path) the unit may have. Any other drop-in
@@ -440,7 +466,14 @@ options:
         type: int
         default: 30
       extra_args:
-        description: Further C(podman run) arguments, placed before the image.
+        description:
+          - Further C(podman run) arguments, placed before the image.
+          - An allowlist (C(podman_engine.py) ALLOWED_EXTRA_FLAGS), each as C(--flag=VALUE) or C(--flag
+            VALUE), C(--log-level), C(--log-driver), C(--log-opt), C(--tz), C(--init), C(--memory),
+            C(--memory-reservation), C(--memory-swap), C(--memory-swappiness), C(--cpus), C(--cpuset-cpus),
+            C(--cpuset-mems), C(--cpu-shares), C(--pids-limit), C(--stop-signal), C(--workdir) and
+            C(--hostname). Anything else (a mount, a device, an annotation, a namespace, a privilege, a bare
+            value) is refused, naming the option to use instead.
         type: list
         elements: str
         default: []
@@ -452,8 +485,11 @@ options:
         description:
           - The numeric C(UID:GID) the engine runs as inside the container (not root); the host's C(cache_dir)
             is created or chowned to it. V(0:0) runs the engine as root again.
+          - Empty (the default) gives each engine a UID:GID of its own, derived from the container name
+            (C(podman_engine.py) C(engine_uid), in 30000-49999), so a compromised engine cannot read another's
+            C(/proc/PID/environ) or caches.
         type: str
-        default: 10001:10001
+        default: ''
       cap_add:
         description: Capabilities the engine gets back (such as C(SYS_NICE)); every other capability is dropped (C(--cap-drop=all)).
         type: list
@@ -621,8 +657,24 @@ options:
             description:
               - Before a restart of a running unit, seconds to wait for the engine's in-flight requests (read
                 from its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened.
+              - The listener on the port is judged first (a foreign one fails, and no key is sent to it); when
+                nothing listens there is nothing to drain. Work that cannot be read counts as busy, so the
+                restart waits the whole timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force).
             type: int
             default: 60
+          drain_api_key:
+            description:
+              - The key the running engine holds, for the drain's read of /metrics (during a rotation the
+                previous key, which C(endpoint_deploy) passes from the kept last-good secrets);
+                O(health.api_key) is tried after it. Never logged.
+            type: str
+            default: ''
+          drain_force:
+            description:
+              - Restart at once when the drain cannot read the in-flight requests (no metrics, every key
+                refused). Without it such a restart first waits O(health.drain_timeout) in full.
+            type: bool
+            default: false
       dropins:
         description:
           - Drop-in files (C(NAME.service.d/*.conf), by file name or path) the unit may have. Any other

@@ -319,6 +319,7 @@ def test_cap_add_cannot_take_everything_back():
         ("relative.env", "^env_file: give an absolute path"),
         ("/etc/llm-fleet/../x.env", "^env_file: give an absolute path"),
         ("/etc/e\n.env", "^env_file: control character"),
+        ("/etc/systemd/system/other.env", "^env_file: .* is outside the collection's own files"),
     ],
 )
 def test_the_env_file_path_is_checked_before_anything_is_written(tmp_path, env_file, message):
@@ -327,3 +328,11 @@ def test_the_env_file_path_is_checked_before_anything_is_written(tmp_path, env_f
     with pytest.raises(StepError, match=message) as refused:
         ensure_engine(params, host, diff=False)
     assert host.actions == [] and SECRET not in json.dumps(refused.value.result)
+
+
+@pytest.mark.parametrize("parse", PARSERS)
+def test_the_env_files_header_is_a_comment_to_every_podman(parse):
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ENV_HEADER
+
+    text = ENV_HEADER.format(name="frank-primary") + render_podman_env_file({"A": "1", "B": "two words"})
+    assert parse(text, {"Written": "x", "it": "y"}) == {"A": "1", "B": "two words"}

@@ -134,6 +134,18 @@ def test_a_config_value_that_is_not_json_is_refused_naming_the_key(openwebui_db)
         apply_rekey(str(openwebui_db), (Rename("frank-large", NEW),))
 
 
+@pytest.mark.parametrize("depth", [100, 200_000])
+def test_a_deeply_nested_config_value_is_refused_naming_the_key(openwebui_db, depth):
+    # 200,000 levels was a RecursionError in json.loads; 100 decodes, and is still refused.
+    seed_model(openwebui_db, "frank-large")
+    with sqlite3.connect(openwebui_db) as conn:
+        conn.execute("INSERT INTO config (\"key\", value, updated_at) VALUES ('ui.model_order_list', ?, 0)", ("[" * depth + "]" * depth,))
+    before = fingerprint(openwebui_db)
+    with pytest.raises(RekeyError, match=r"^config\['ui.model_order_list'\]: the value is nested more than 32 levels deep.*inspect it"):
+        apply_rekey(str(openwebui_db), (Rename("frank-large", NEW),))
+    assert fingerprint(openwebui_db) == before
+
+
 def test_a_database_held_by_another_writer_is_refused_after_the_wait(openwebui_db, monkeypatch):
     # OpenWebUI writing at the same moment: the re-key waits BUSY_TIMEOUT_S for the write lock,
     # then fails naming the lock; nothing is half-written.

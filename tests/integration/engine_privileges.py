@@ -8,9 +8,15 @@ import subprocess
 
 from lab_host import HOST, env
 
-# podman_engine's default user (host/specs.py ENGINE_OPTIONS["user"]), written out here so a
-# changed default fails this check instead of passing through it.
-ENGINE_UID_GID = (10001, 10001)
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import ENGINE_UID_BASE, ENGINE_UID_SPAN, engine_uid
+
+
+def engine_uid_gid(container: str) -> tuple[int, int]:
+    """podman_engine's default user (host/specs.py ENGINE_OPTIONS["user"] empty): the engine's own
+    UID:GID, derived from its name, in a range no other default shares."""
+    uid = engine_uid(container)
+    assert ENGINE_UID_BASE <= uid < ENGINE_UID_BASE + ENGINE_UID_SPAN
+    return uid, uid
 
 
 def in_container(container: str, *argv: str) -> subprocess.CompletedProcess:
@@ -26,8 +32,9 @@ def assert_least_privilege(container: str, cache_mount: str = "/cache") -> None:
     assert capabilities == dict.fromkeys(capabilities, 0), capabilities
     assert fields["NoNewPrivs"] == ["1"]
     assert fields["Seccomp"] == ["2"]  # podman's profile filters the engine's syscalls
-    assert [int(uid) for uid in fields["Uid"]] == [ENGINE_UID_GID[0]] * 4
-    assert [int(gid) for gid in fields["Gid"]] == [ENGINE_UID_GID[1]] * 4
+    own = engine_uid_gid(container)
+    assert [int(uid) for uid in fields["Uid"]] == [own[0]] * 4
+    assert [int(gid) for gid in fields["Gid"]] == [own[1]] * 4
     root = in_container(container, "touch", "/.llm-fleet-write-probe")
     assert root.returncode != 0 and "Read-only file system" in root.stderr, root
     for writable in ("/tmp", cache_mount):

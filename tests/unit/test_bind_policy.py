@@ -73,6 +73,51 @@ def test_a_credential_flag_in_extra_args_is_refused(flag):
         parse_shape(shape, "frank-secondary")
 
 
+LLAMACPP_SHAPE = {"runtime": "llamacpp", "port": 7771, "model_file": "m.gguf", "ctx_size": 4096}
+VLLM_SHAPE = {"runtime": "vllm", "port": 7770, "model_file": ".", "max_model_len": 4096}
+
+
+@pytest.mark.parametrize(
+    ("shape", "args"),
+    [
+        (VLLM_SHAPE, ["--api_key=sk-in-argv"]),
+        (VLLM_SHAPE, ["--hf_token=hf_in_argv"]),
+        (VLLM_SHAPE, ["--api_key", "sk-in-argv"]),
+        (VLLM_SHAPE, ["--api-k", "sk-in-argv"]),  # argparse takes an unambiguous prefix
+        (VLLM_SHAPE, ["--hf-tok=hf_in_argv"]),
+        (LLAMACPP_SHAPE, ["--api_key", "sk-in-argv"]),  # llama-server reads `_` as `-` too
+        (LLAMACPP_SHAPE, ["-hft", "hf_in_argv"]),
+    ],
+)
+def test_a_credential_flag_is_refused_in_every_spelling_the_engine_parses(shape, args):
+    with pytest.raises(ShapeError, match=r"^extra_args: (--api-key|--api_key|--hf-token|--hf_token|-hft) would put a credential.*endpoint_api_key") as refused:
+        parse_shape({**shape, "extra_args": args}, "frank-secondary")
+    assert "in_argv" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("shape", "args", "field"),
+    [
+        (LLAMACPP_SHAPE, ["--host", "0.0.0.0"], "bind"),
+        (LLAMACPP_SHAPE, ["--port", "8080"], "port"),
+        (VLLM_SHAPE, ["--host", "0.0.0.0"], "bind"),
+        (VLLM_SHAPE, ["--host=0.0.0.0"], "bind"),
+        (VLLM_SHAPE, ["--hos", "0.0.0.0"], "bind"),
+        (VLLM_SHAPE, ["--port=8080"], "port"),
+    ],
+)
+def test_host_and_port_come_from_the_shape_only(shape, args, field):
+    with pytest.raises(
+        ShapeError, match=rf"^extra_args: {args[0]} sets --(host|port), which the argv takes from the shape's {field} only.*endpoint_shape.{field}"
+    ):
+        parse_shape({**shape, "extra_args": args}, "frank-secondary")
+
+
+def test_flags_that_merely_look_alike_are_kept():
+    assert parse_shape({**VLLM_SHAPE, "extra_args": ["--hf-config-path", "x", "--api-server-count", "1"]}, "p").extra_args
+    assert parse_shape({**LLAMACPP_SHAPE, "extra_args": ["--api-key-file", "/etc/k", "--hos"]}, "s").extra_args
+
+
 # --- the table's lifecycle on the host ---------------------------------------------------------
 
 NFT = "/usr/sbin/nft"
@@ -137,3 +182,38 @@ def test_a_sandboxed_native_unit_loads_its_table_with_full_privileges(tmp_path):
     assert starts == [f"ExecStartPre=+{NFT} -f /etc/llm-fleet/frank-large.nft", "ExecStartPre=/usr/bin/true"]
     # Without a firewall the unit is left as it was (no record churn for loopback endpoints).
     assert unit_with_firewall({"pre_start": []}, []) == {"pre_start": []}
+
+
+# --- published ports from a bridge network cross forward, which the table does not filter ------
+
+
+def _lan_deploy(tmp_path, engine):
+    from fake_host import FakeRunner
+
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+
+    host = Host(FakeRunner(), check_mode=True)  # refused in --check too; nothing is written either way
+    params = {
+        "unit": {"name": "frank-keyed.service", "command": ["/usr/bin/true"], "unit_dir": str(tmp_path / "u"), "env_dir": str(tmp_path / "e")},
+        "engine": engine,
+        "record_dir": str(tmp_path / "record"),
+        "shape": {"runtime": "llamacpp", "port": 7775},
+        "firewall": {"port": 7775, "networks": ["192.168.0.0/24"]},
+    }
+    return deploy_endpoint(params, host, diff=False), host
+
+
+def test_a_lan_bind_with_published_bridge_ports_is_refused_before_the_host_changes(tmp_path):
+    engine = {"name": "frank-keyed", "image": "localhost/llama:x", "digest": "sha256:" + "ab" * 32, "network": "bridge", "publish": ["7775:7775"]}
+    with pytest.raises(StepError, match=r"^endpoint_container.publish: 7775:7775 on network bridge is DNAT'ed through the forward hook.*network host"):
+        _lan_deploy(tmp_path, engine)
+    assert not (tmp_path / "u").exists() and not (tmp_path / "e").exists()
+
+
+def test_published_ports_stay_allowed_on_loopback_and_host_network_lan_binds_pass(tmp_path):
+    engine = {"name": "frank-keyed", "image": "localhost/llama:x", "digest": "sha256:" + "ab" * 32, "network": "host"}
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import Firewall, check_published
+
+    check_published(None, {**engine, "network": "bridge", "publish": ["127.0.0.1:7775:7775"]})
+    check_published(Firewall("frank-keyed", 7775, ("192.168.0.0/24",)), engine)

@@ -5,10 +5,11 @@ a restart, and a foreign drop-in refused by name."""
 import sys
 
 import pytest
-from fake_host import SYSTEMCTL, FakeClock, FakeRunner, show
+from fake_host import SYSTEMCTL, FakeClock, FakeRunner, fake_process, show, ss_listening
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import unit_step as deploy_steps
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.drain import DrainReport, drain, in_flight
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import UnitManager
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
@@ -84,9 +85,10 @@ RUNNING = show(LoadState="loaded", ActiveState="active", UnitFileState="enabled"
 
 def test_a_restart_of_a_serving_unit_drains_first_and_reports_it(dirs, monkeypatch):
     ensure_unit(unit_params(dirs), Host(FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})), diff=False)
+    monkeypatch.setattr(deploy_steps.UnitManager, "port_owned", lambda *_a: True)
     drained = []
     report = DrainReport("drained", in_flight_at_start=2)
-    monkeypatch.setattr(deploy_steps, "drain", lambda *args: drained.append(args) or report)
+    monkeypatch.setattr(deploy_steps, "drain", lambda *args, **_kw: drained.append(args) or report)
     runner = FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})
     health = {"port": PORT, "drain_timeout": 30, "timeout": 1}
     monkeypatch.setattr(deploy_steps, "wait_healthy", lambda *a, **k: type("H", (), {"as_dict": lambda self: {"healthy": True}})())
@@ -99,6 +101,7 @@ def test_a_restart_of_a_serving_unit_drains_first_and_reports_it(dirs, monkeypat
 
 def test_check_mode_says_whether_a_restart_would_cut_requests_now(dirs, monkeypatch):
     ensure_unit(unit_params(dirs), Host(FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})), diff=False)
+    monkeypatch.setattr(deploy_steps.UnitManager, "port_owned", lambda *_a: True)
     monkeypatch.setattr(deploy_steps, "http_get", engine([2])[0])
     result = ensure_unit(unit_params(dirs, description="new", restart=True, health={"port": PORT}), Host(FakeRunner(), check_mode=True), diff=False)
     assert result["drain"] == {"outcome": "would_cut", "in_flight_now": 2}
@@ -173,3 +176,96 @@ def test_a_retired_unit_name_that_is_not_a_service_is_refused(tmp_path, dirs, na
 
     with pytest.raises(StepError, match="retire_units: .* is not a service unit name"):
         deploy_endpoint({"unit": unit_params(dirs), "record_dir": str(tmp_path / "s" / "lab"), "retire_units": [name]}, Host(FakeRunner()), diff=False)
+
+
+# --- the listener is judged before any key leaves; the drain reads with the running engine's key ---
+
+FOREIGN_PID = 4242
+
+
+def foreign_listener(tmp_path):
+    """A process outside the unit's cgroup and any container holds the port."""
+    proc = tmp_path / "proc"
+    fake_process(proc, FOREIGN_PID, "/user.slice/user-1000.slice/session-3.scope", "/usr/bin/python3 -m http.server 7771", 1.0)
+    return proc
+
+
+def key_catching_engine():
+    calls = []
+
+    def get(_host, _port, path, api_key=""):
+        calls.append((path, api_key))
+        return 200, LLAMACPP_METRICS.format(processing=0, deferred=0).encode()
+
+    return get, calls
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_no_key_is_sent_to_a_port_a_foreign_process_holds(dirs, tmp_path, monkeypatch, check_mode):
+    ensure_unit(unit_params(dirs), Host(FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})), diff=False)
+    proc = foreign_listener(tmp_path)
+    monkeypatch.setattr(deploy_steps, "UnitManager", lambda host: UnitManager(host, proc=str(proc)))
+    get, calls = key_catching_engine()
+    monkeypatch.setattr(deploy_steps, "http_get", get)
+    runner = FakeRunner({(SYSTEMCTL, "show"): [RUNNING], ("/usr/bin/ss",): [ss_listening(PORT, FOREIGN_PID, "python3")]})
+    health = {"port": PORT, "drain_timeout": 30, "timeout": 1, "api_key": "sk-the-endpoints-key"}
+    with pytest.raises(StepError, match=r"port 7771 is held by PID 4242 .*not lab.service's; stop it or change the port \(no key was sent"):
+        ensure_unit(unit_params(dirs, restart=True, health=health), Host(runner, check_mode=check_mode), diff=False)
+    assert calls == []  # nothing, not even /metrics, went to the foreign listener
+    assert not runner.ran(SYSTEMCTL, "stop")
+
+
+def rotating_engine(running_key, counts):
+    """An engine holding `running_key`: 401 to any other; in flight as `counts` says, read by read."""
+    calls = []
+
+    def get(_host, _port, path, api_key=""):
+        calls.append((path, api_key))
+        if api_key != running_key:
+            return 401, b'{"error": "Invalid API Key"}'
+        value = counts[min(len([c for c in calls if c[1] == running_key]) - 1, len(counts) - 1)]
+        return 200, LLAMACPP_METRICS.format(processing=value, deferred=0).encode()
+
+    return get, calls
+
+
+def test_a_rotation_drains_with_the_key_the_running_engine_holds():
+    clock = FakeClock()
+    get, calls = rotating_engine("sk-old", [1, 1, 0])
+    report = drain(get, "127.0.0.1", PORT, ("sk-old", "sk-new"), 60, clock=clock, sleep=clock.sleep)
+    assert (report.outcome, report.in_flight_at_start, report.cut) == ("drained", 1, 0)
+    assert {key for _path, key in calls} == {"sk-old"}
+
+
+def test_a_drain_that_cannot_read_in_flight_work_waits_its_timeout_unless_forced():
+    clock = FakeClock()
+    get, _calls = rotating_engine("sk-someone-elses", [1])
+    report = drain(get, "127.0.0.1", PORT, ("sk-new",), 30, clock=clock, sleep=clock.sleep)
+    assert report.outcome == "unknown" and report.waited_s >= 30  # never a restart at once
+    assert report.as_dict()["unread"] == "/metrics answered 401 to every key the deploy holds"
+    clock = FakeClock()
+    forced = drain(get, "127.0.0.1", PORT, ("sk-new",), 30, clock=clock, sleep=clock.sleep, force=True)
+    assert forced.outcome == "unknown" and forced.waited_s == 0
+
+
+def test_endpoint_deploy_drains_a_rotation_with_the_kept_previous_key(tmp_path, dirs, monkeypatch):
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
+
+    def params(key):
+        health = {"port": PORT, "drain_timeout": 30, "timeout": 1}
+        return {
+            "unit": unit_params(dirs, health=health),
+            "record_dir": str(tmp_path / "record"),
+            "shape": {"runtime": "llamacpp", "port": PORT},
+            "api_key": key,
+        }
+
+    monkeypatch.setattr(deploy_steps, "wait_healthy", lambda *a, **k: type("H", (), {"as_dict": lambda self: {"healthy": True}})())
+    deploy_endpoint(params("sk-old"), Host(FakeRunner({(SYSTEMCTL, "show"): [show(LoadState="loaded", ActiveState="inactive")]})), diff=False)
+    monkeypatch.setattr(deploy_steps.UnitManager, "port_owned", lambda *_a: True)
+    get, calls = rotating_engine("sk-old", [1, 0])
+    monkeypatch.setattr(deploy_steps, "http_get", get)
+    result = deploy_endpoint(params("sk-new"), Host(FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})), diff=False)
+    assert result["steps"]["unit"]["drain"]["outcome"] == "drained"
+    assert calls[0] == ("/metrics", "sk-old")
+    assert "sk-old" not in str(result) and "sk-new" not in str(result)

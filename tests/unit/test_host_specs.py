@@ -60,7 +60,7 @@ def test_defaults_fill_nested_options_the_way_ansible_does():
     unit = with_defaults(UNIT_OPTIONS, {"name": "x.service", "command": ["/bin/true"], "health": {"port": 7771}})
     assert unit["restart_sec"] == 5 and unit["timeout_start_sec"] == 900 and unit["enabled"] is True
     expected = {"port": 7771, "host": "127.0.0.1", "served_id": "", "container": "", "timeout": 300, "allowed_restarts": 0, "api_key": ""}
-    assert unit["health"] == {**expected, "drain_timeout": 60}
+    assert unit["health"] == {**expected, "drain_timeout": 60, "drain_api_key": "", "drain_force": False}
     # A default is a fresh copy: one caller's list cannot leak into the next.
     engine = with_defaults(ENGINE_OPTIONS, {"name": "e"})
     engine["ulimits"].append("nofile=1:1")

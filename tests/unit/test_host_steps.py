@@ -414,3 +414,35 @@ def test_check_mode_with_diff_shows_the_payload_switch_and_the_staging_and_touch
     staged = f"{payload}.generations/.purge-staged"
     assert staging["after"] == f"mkdir {staged}\nmove {payload}.generations/{a['generation']} {staged}/{a['generation']}\n"
     assert result["steps"]["payload_retention"]["kept"] == [b["generation"]]
+
+
+# --- a container is healthy only under a live conmon that is its engine's parent ---------------
+
+CONMON_PID, ENGINE_PID = 5305, 5307
+
+
+def container_wait(tmp_path, conmon_alive):
+    """The unit runs podman; its engine listens on the port, a child of conmon (or an orphan)."""
+    proc = tmp_path / "proc"
+    fake_process(proc, ENGINE_PID, CGROUP, "/usr/bin/llama-server --port 7771", started_s=200, ppid=CONMON_PID if conmon_alive else 1)
+    if conmon_alive:
+        fake_process(proc, CONMON_PID, CGROUP, "/usr/bin/conmon --api-version 1 -n lab", started_s=199)
+    script = {
+        (SYSTEMCTL, "show"): [ACTIVE],
+        ("/usr/bin/ss",): [ss_listening(PORT, ENGINE_PID)],
+        ("/usr/bin/podman", "inspect"): [(0, f"{ENGINE_PID} {CONMON_PID} running\n", "")],
+    }
+    clock = FakeClock()
+    manager = UnitManager(Host(FakeRunner(script)), proc=str(proc))
+    health = HealthSpec(port=PORT, served_id="lab", timeout=10, container="lab")
+    return lambda: wait_healthy(manager, UNIT, health, started_at=100.0, restarts_before=0, clock=clock, sleep=clock.sleep, get=engine_answers())
+
+
+def test_a_container_whose_conmon_died_is_never_green(tmp_path):
+    # SIGKILL of conmon: the engine serves on, re-parented, for ~20 s, then dies.
+    with pytest.raises(GateError, match=r"not healthy after 10 s: the engine container lab's conmon \(PID 5305\) is gone"):
+        container_wait(tmp_path, conmon_alive=False)()
+
+
+def test_a_container_under_its_live_conmon_is_green(tmp_path):
+    assert container_wait(tmp_path, conmon_alive=True)().healthy

@@ -8,8 +8,15 @@ from dataclasses import asdict
 import pytest
 from fake_host import FakeRunner
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host import engine_step
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import CHOWN, CONFIG_HASH_KEY_FILE, ensure_engine, remove_engine
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import EngineContainer, EngineError, digest_verdict, render_podman_env_file
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import (
+    EngineContainer,
+    EngineError,
+    digest_verdict,
+    engine_uid,
+    render_podman_env_file,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import PODMAN
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
@@ -42,7 +49,7 @@ def test_run_argv_is_foreground_self_clearing_and_digest_pinned():
 
 
 PRIVILEGE_DEFAULTS = [
-    "--user=10001:10001",
+    f"--user={engine_uid('frank-primary')}:{engine_uid('frank-primary')}",
     "--cap-drop=all",
     "--security-opt=no-new-privileges",
     "--read-only",
@@ -74,7 +81,7 @@ def test_amd_groups_are_the_hosts_numeric_gids():
         ("read_only", False, [], ["--read-only", "--read-only-tmpfs=false", "--tmpfs=/tmp:rw,nosuid,nodev,mode=1777"]),
         ("no_new_privileges", False, [], ["--security-opt=no-new-privileges"]),
         ("seccomp_unconfined", True, ["--security-opt=seccomp=unconfined", "--security-opt=no-new-privileges"], []),
-        ("user", "0:0", ["--user=0:0", "--cap-drop=all"], ["--user=10001:10001"]),
+        ("user", "0:0", ["--user=0:0", "--cap-drop=all"], [f"--user={engine_uid('frank-primary')}:{engine_uid('frank-primary')}"]),
     ],
 )
 def test_each_option_relaxes_exactly_one_privilege(option, value, present, absent):
@@ -170,6 +177,16 @@ def inspect_ok():
     return {(PODMAN, "image", "inspect"): [(0, json.dumps([{"RepoDigests": [f"localhost/vllm@{DIGEST}"], "Digest": DIGEST}]), "")]}
 
 
+@pytest.fixture(autouse=True)
+def env_dir(tmp_path, monkeypatch):
+    """The collection's env directory, here under the test's own tmp_path."""
+    monkeypatch.setattr(engine_step, "ENV_DIR", str(tmp_path / "etc"), raising=False)
+    return tmp_path / "etc"
+
+
+HEADER = "# Written by frank.llm_fleet for the engine container frank-primary, and removed with it\n"
+
+
 @pytest.fixture
 def params(tmp_path):
     # The test's own UID:GID, so the cache directory it creates already has the engine's owner.
@@ -196,7 +213,7 @@ def test_a_secrets_only_change_reports_env_changed(params, tmp_path):
     same, host = run({**params, "secret_environment": {"API_KEY": "one"}})
     assert same["env_changed"] is False and same["changed"] is False and host.actions == []
     other, _host = run({**params, "secret_environment": {"API_KEY": "s3cret-Two"}})
-    assert other["env_changed"] is True and env_file.read_text() == "API_KEY=s3cret-Two\n"
+    assert other["env_changed"] is True and env_file.read_text() == HEADER + "API_KEY=s3cret-Two\n"
     assert "s3cret-Two" not in json.dumps(other)  # the result never carries a value
 
 
@@ -286,3 +303,66 @@ def test_amd_engines_get_the_hosts_video_and_render_gids(params, monkeypatch):
     groups.clear()
     with pytest.raises(StepError, match="^gpu_vendor: amd needs one of the host groups video, render"):
         run({**params, "gpu_vendor": "amd"})
+
+
+# --- the env file: the collection's own directory and header only -----------------------------
+
+
+def test_absent_never_removes_a_file_the_collection_did_not_write(params, env_dir):
+    env_dir.mkdir()
+    other = env_dir / "frank-primary.podman.env"
+    other.write_text("SOMEONE_ELSES=1\n")  # no header: not ours
+    result = remove_engine(params, Host(FakeRunner({(PODMAN, "container", "exists"): [(1, "", "")]})))
+    assert other.read_text() == "SOMEONE_ELSES=1\n"
+    assert result["changed"] is False and "was not written by frank.llm_fleet" in result["warnings"][0]
+
+
+@pytest.mark.parametrize("env_file", ["/etc/systemd/system/other.env", "/etc/llm-fleet-other/x.podman.env", "ENVDIR/frank-secondary.env"])
+def test_an_env_file_outside_the_collections_own_files_is_refused(params, env_dir, env_file):
+    env_file = env_file.replace("ENVDIR", str(env_dir))
+    host = Host(FakeRunner({(PODMAN, "container", "exists"): [(1, "", "")]}))
+    with pytest.raises(StepError, match=r"^env_file: .* is outside the collection's own files; give .*NAME.podman.env"):
+        remove_engine({**params, "env_file": env_file}, host)
+    with pytest.raises(StepError, match=r"^env_file: .* is outside the collection's own files"):
+        ensure_engine({**params, "env_file": env_file, "secret_environment": {"A": "x"}}, host, diff=False)
+    assert host.actions == []
+
+
+def test_the_env_file_carries_the_header_and_podman_reads_it_as_a_comment(params, env_dir):
+    run({**params, "secret_environment": {"API_KEY": "one"}})
+    assert (env_dir / "frank-primary.podman.env").read_text() == HEADER + "API_KEY=one\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--volume=/:/host:U"],
+        ["-v", "/etc:/x:rw,U"],
+        ["--mount=type=bind,src=/,dst=/host"],
+        ["--device=/dev/sda"],
+        ["--annotation=run.oci.keep_original_groups=1"],
+        ["--network=host"],
+        ["--env-host"],
+        ["docker.io/evil/image"],  # a bare value would be read as the image
+    ],
+)
+def test_podman_extra_args_are_an_allowlist(args):
+    with pytest.raises(EngineError, match=r"^extra_args\[0\]: .*extra_args takes only --cpu-shares, .*model_dir, cache_dir, gpu_devices"):
+        EngineContainer(name="e", image="localhost/vllm:fork", digest=DIGEST, extra_args=args).validate()
+
+
+def test_allowed_podman_flags_take_their_values_in_both_forms():
+    EngineContainer(name="e", image="localhost/vllm:fork", digest=DIGEST, extra_args=["--memory", "8g", "--pids-limit=512", "--init"]).validate()
+    with pytest.raises(EngineError, match=r"^extra_args\[1\]: --memory needs a value"):
+        EngineContainer(name="e", image="localhost/vllm:fork", digest=DIGEST, extra_args=["--init", "--memory"]).validate()
+
+
+def test_each_engine_gets_a_uid_of_its_own_derived_from_its_name():
+    # One shared UID (10001) let a compromised engine read another's /proc/PID/environ and caches.
+    names = ["frank-primary", "frank-secondary", "frank-large", "frank-keyed"]
+    uids = {name: EngineContainer(name=name, image="localhost/vllm:fork", digest=DIGEST).uid_gid() for name in names}
+    assert len({uid for uid, _gid in uids.values()}) == len(names)
+    assert all(uid == gid and 30000 <= uid < 50000 for uid, gid in uids.values())
+    assert uids["frank-primary"] == EngineContainer(name="frank-primary", image="x:y", digest=DIGEST).uid_gid()  # deterministic
+    argv = EngineContainer(name="frank-secondary", image="localhost/vllm:fork", digest=DIGEST).run_argv(KEY)
+    assert f"--user={engine_uid('frank-secondary')}:{engine_uid('frank-secondary')}" in argv and "--user=10001:10001" not in argv

@@ -59,6 +59,9 @@ REQUIRED_COLUMNS: Mapping[str, tuple[str, ...]] = {
 # named instead of being read without end.
 MAX_ROWS = 10_000
 MAX_CONFIG_BYTES = 4 << 20
+# OpenWebUI's id-keyed config values are two levels deep ({"0": {"model_ids": [...]}}); a value
+# nested deeper than this is refused, naming its key (a 4 MiB "[[[[..." was a RecursionError).
+MAX_CONFIG_DEPTH = 32
 MAX_ID_LENGTH = 256
 BUSY_TIMEOUT_S = 10.0
 
@@ -300,11 +303,31 @@ def _config_values(conn: sqlite3.Connection) -> dict[str, Any]:
         if size is not None and size > MAX_CONFIG_BYTES:
             raise RekeyError(f"config[{key!r}]: the value is {size} bytes, over the {MAX_CONFIG_BYTES}-byte bound; inspect it")
         (raw,) = conn.execute('SELECT value FROM config WHERE "key" = ?', (key,)).fetchone()
+        too_deep = RekeyError(
+            f"config[{key!r}]: the value is nested more than {MAX_CONFIG_DEPTH} levels deep; OpenWebUI writes at most a few, "
+            "so it is damaged or hostile: inspect it (or restore it from a backup) before re-keying"
+        )
         try:
             values[key] = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+        except RecursionError:
+            raise too_deep from None
         except ValueError:
             raise RekeyError(f"config[{key!r}]: the value is not JSON; OpenWebUI would not read it either (inspect it)") from None
+        if json_depth(values[key]) > MAX_CONFIG_DEPTH:
+            raise too_deep
     return values
+
+
+def json_depth(value: Any) -> int:
+    """How deeply lists and objects nest in a decoded JSON value, walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_CONFIG_DEPTH:
+                stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def find_refs(conn: sqlite3.Connection, ident: str, config: Mapping[str, Any]) -> tuple[Ref, ...]:

@@ -31,7 +31,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_secr
     without_secrets,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ensure_engine
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import ensure_firewall, firewall_from
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import check_published, ensure_firewall, firewall_from
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.probe import run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import (
     MAX_RECORD_BYTES,
@@ -61,13 +61,21 @@ def _bring_up(
     diff: bool,
     restart: bool = False,
     api_key: str = "",
+    running_key: str = "",
+    force_drain: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Engine (when podman) then unit; secrets go to the container's env file or the unit's.
-    A changed container env file restarts the unit: a secrets-only change is a real change."""
+    A changed container env file restarts the unit: a secrets-only change is a real change.
+    `running_key`: the key the engine now serving holds, for the drain (the previous one during a
+    rotation); `force_drain`: a rollback replaces an engine that failed, with nothing to wait for."""
     engine_result: dict[str, Any] = {"changed": False, "skipped": "native engine: no container"}
     unit = dict(unit, restart=restart or bool(unit.get("restart")))
     if unit.get("health"):
         unit["health"] = with_key(unit["health"], api_key)
+        if running_key:
+            unit["health"] = {**unit["health"], "drain_api_key": running_key}
+        if force_drain:
+            unit["health"] = {**unit["health"], "drain_force": True}
     if engine:
         engine_result = ensure_engine({**engine, "secret_environment": secrets}, host, diff)
         unit.update(command=engine_result["run_argv"], stop_command=engine_result["stop_argv"])
@@ -115,7 +123,9 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     # The firewall goes in before the engine listens; the unit reloads it before every start, with
     # full privileges (`+`): a sandboxed native engine's unit has no CAP_NET_ADMIN to load it.
     endpoint = str(unit["name"]).rsplit(".", 1)[0]
-    firewall_result = ensure_firewall(endpoint, firewall_from(endpoint, params.get("firewall")), host, diff)
+    firewall = firewall_from(endpoint, params.get("firewall"))
+    check_published(firewall, engine)  # before anything on the host changes
+    firewall_result = ensure_firewall(endpoint, firewall, host, diff)
     unit = unit_with_firewall(unit, firewall_result.pop("pre_start", None))
     record = {"shape": params.get("shape") or {}, "engine": without_secrets(engine) or None, "unit": without_secrets(unit)}
     if params.get("payload"):
@@ -129,7 +139,9 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
             with _payload_refusals():
                 payload_result = payload_deployed.switch_payload(record["payload"], host, bring_back=False)
         restart = bool(payload_result and payload_result["changed"])
-        engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, restart=restart, api_key=api_key)
+        # The engine now serving holds the last green deploy's key until its restart: the drain reads with it.
+        running_key = restored_key(previous, previous_secrets, api_key) if previous and previous_secrets is not None else ""
+        engine_result, unit_result = _bring_up(engine, unit, secrets, host, diff, restart=restart, api_key=api_key, running_key=running_key)
         probe_result: dict[str, Any] = {"changed": False}
         if not params.get("probe"):
             probe_result["skipped"] = "no probe given"
@@ -148,7 +160,17 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         restored = previous_secrets if previous_secrets is not None else secrets
         try:
             restore_payload(previous, host)
-            _bring_up(previous.get("engine"), previous["unit"], restored, host, False, restart=True, api_key=restored_key(previous, restored, api_key))
+            _bring_up(
+                previous.get("engine"),
+                previous["unit"],
+                restored,
+                host,
+                False,
+                restart=True,
+                api_key=restored_key(previous, restored, api_key),
+                running_key=api_key,
+                force_drain=True,
+            )
         except StepError as restore_failure:
             raise StepError(
                 f"the new shape failed ({failure}); restoring the last-known-good shape failed too ({restore_failure}): the endpoint is down",
@@ -236,7 +258,9 @@ def _restore(
         restored = secrets
     key = restored_key(target, restored, api_key)
     payload_result = restore_payload(target, host)
-    engine_result, unit_result = _bring_up(target.get("engine"), target["unit"], restored, host, diff, restart=True, api_key=key)
+    # The engine now serving holds the kept last-good key (or the current one when none is kept).
+    running = restored_key(previous, previous_secrets, api_key) if previous_secrets is not None else api_key
+    engine_result, unit_result = _bring_up(target.get("engine"), target["unit"], restored, host, diff, restart=True, api_key=key, running_key=running)
     record_result: dict[str, Any] = {"changed": False, "path": record_path}
     if generation:
         push_generation(host, record_dir, previous_text or "", int(params.get("keep_generations") or 3), replacing=older[generation - 1])

@@ -28,7 +28,7 @@ def without_secrets(params: dict[str, Any] | None) -> dict[str, Any]:
     """Step arguments as recorded: no secret environment, no key (health and probe carry one)."""
     kept = {k: v for k, v in (params or {}).items() if k != "secret_environment"}
     if isinstance(kept.get("health"), dict):
-        kept["health"] = {k: v for k, v in kept["health"].items() if k != "api_key"}
+        kept["health"] = {k: v for k, v in kept["health"].items() if k not in ("api_key", "drain_api_key")}
     return kept
 
 

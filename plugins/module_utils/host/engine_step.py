@@ -30,6 +30,12 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
+# The collection's own directory: a container's env file lives there, named NAME.podman.env (a
+# unit's own env file is NAME.env, so no engine can name it), and starts with ENV_HEADER. Only a
+# file carrying the header is removed: `env_file` naming another file never deletes it.
+ENV_DIR = "/etc/llm-fleet"
+ENV_SUFFIX = ".podman.env"
+ENV_HEADER = "# Written by frank.llm_fleet for the engine container {name}, and removed with it\n"
 # Every container setting but the environment, which arrives merged with the secrets.
 ENGINE_KEYS = tuple(f.name for f in fields(EngineContainer) if f.name != "environment")
 CHOWN = "/usr/bin/chown"
@@ -46,9 +52,9 @@ def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, A
     environment = {k: str(v) for k, v in {**params["environment"], **params["secret_environment"]}.items()}
     engine = EngineContainer(**{key: params[key] for key in ENGINE_KEYS if params.get(key) is not None}, environment=environment)
     try:
-        check_path("env_file", env_file)
+        check_env_file(env_file)
         engine.validate()
-        env_text = render_podman_env_file(environment) if environment else None
+        env_text = ENV_HEADER.format(name=engine.name) + render_podman_env_file(environment) if environment else None
         if engine.gpu_vendor == "amd":
             engine.gpu_gids = host_group_ids(GPU_GROUPS)
     except EngineError as exc:
@@ -78,7 +84,7 @@ def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, A
             if diff:
                 result["diff"] = {"before": f"{env_file}: {'absent' if before is None else 'present'}\n", "after": f"{env_file}: rendered (values hidden)\n"}
             host.write(env_file, env_text, 0o600)
-    elif before is not None:
+    elif before is not None and is_own_env_file(before):
         # No environment any more: a stale file would keep the old secrets on disk.
         result["env_changed"] = True
         host.remove(env_file)
@@ -98,7 +104,22 @@ def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, A
 
 
 def _engine_env_file(params: dict[str, Any]) -> str:
-    return params["env_file"] or f"/etc/llm-fleet/{params['name']}.podman.env"
+    return params["env_file"] or os.path.join(ENV_DIR, f"{params['name']}{ENV_SUFFIX}")
+
+
+def check_env_file(env_file: str) -> None:
+    """A container's env file: in the collection's directory, named *.podman.env."""
+    check_path("env_file", env_file)
+    if os.path.dirname(os.path.normpath(env_file)) != os.path.normpath(ENV_DIR) or not env_file.endswith(ENV_SUFFIX):
+        raise EngineError(
+            f"env_file: {env_file} is outside the collection's own files; give {ENV_DIR}/NAME{ENV_SUFFIX} "
+            "(or leave env_file out for the default): a container's env file is written and removed there only"
+        )
+
+
+def is_own_env_file(text: str | None) -> bool:
+    """Whether an env file's text was written by this collection (it starts with the header)."""
+    return bool(text) and str(text).startswith(ENV_HEADER.split("{name}", 1)[0])
 
 
 def _mode(path: str) -> int | None:
@@ -186,12 +207,16 @@ def remove_engine(params: dict[str, Any], host: Host) -> dict[str, Any]:
     params = with_defaults(ENGINE_OPTIONS, params)
     env_file = _engine_env_file(params)
     try:
-        check_path("env_file", env_file)
+        check_env_file(env_file)
     except EngineError as exc:
         raise StepError(str(exc), {"changed": False}) from None
     exists = host.query([PODMAN, "container", "exists", params["name"]])[0] == 0
-    has_env = os.path.exists(env_file)
-    result = {"changed": exists or has_env, "env_changed": has_env}
+    present = os.path.lexists(env_file)
+    # Only a plain file the collection wrote (its header) is removed; anything else is left, and said.
+    has_env = present and os.path.isfile(env_file) and not os.path.islink(env_file) and is_own_env_file(read_text(env_file))
+    result: dict[str, Any] = {"changed": exists or has_env, "env_changed": has_env}
+    if present and not has_env:
+        result["warnings"] = [f"env_file: {env_file} was not written by frank.llm_fleet (no header): left in place"]
     if exists:
         rc, _out, err = host.change([PODMAN, "rm", "--force", "--ignore", "--time", str(params["stop_timeout"]), params["name"]])
         if rc != 0:

@@ -115,6 +115,29 @@ def firewall_from(endpoint: str, params: dict[str, Any] | None) -> Firewall | No
         raise StepError(f"firewall: {exc}", {"changed": False}) from None
 
 
+# The hooks the endpoint's table filters (render_nft): input only. A port podman publishes from a
+# bridge network is DNAT'ed to the container and crosses the forward hook, never input.
+FILTERED_HOOKS = ("input",)
+
+
+def check_published(firewall: Firewall | None, engine: dict[str, Any] | None) -> None:
+    """A LAN-bound endpoint's container may not publish ports from a network of its own unless the
+    table filters forward: the allowed networks would not apply to them (StepError names the fix)."""
+    if firewall is None or not engine:
+        return
+    network = str(engine.get("network") or "host")
+    published = [str(port) for port in engine.get("publish") or []]
+    if network == "host" or not published or "forward" in FILTERED_HOOKS:
+        return
+    raise StepError(
+        f"endpoint_container.publish: {', '.join(published)} on network {network} is DNAT'ed through the forward hook, which "
+        f"the firewall table {firewall.table} does not filter (it hooks {', '.join(FILTERED_HOOKS)} only), so "
+        f"{firewall.variable} would not apply to it: use network host (the default) and the shape's bind and port, "
+        "or bind loopback",
+        {"changed": False},
+    )
+
+
 def service_firewall(name: str, port: int, networks: list[str], variable: str) -> Firewall:
     """The same table for a companion service's port (the webhook relay's): its networks are
     always required, and errors name the service's own inventory variable."""

@@ -3,7 +3,8 @@
 """The health gate after a unit's start.
 
 Green only when the unit is active, the listener on the port is this unit's (cgroup) or its
-container's engine process, it started after this start, /health answers OK and /v1/models lists
+container's engine process, a container runs under a live conmon that is its engine's parent (a
+SIGKILLed conmon leaves the engine serving for a while before it dies), it started after this start, /health answers OK and /v1/models lists
 the served id. A growing NRestarts during the wait is a crash loop and fails fast, and so do a
 foreign listener and a 401/403 (waiting cannot make an engine drop its key). Every failure carries
 the unit's last journal lines. The clock, the sleep and the HTTP GET are parameters, so tests run
@@ -123,6 +124,11 @@ def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, sta
         waiting = verdict.reason
     if owned is None:
         return waiting
+    if health.container:
+        # The listener is the container's, and the container must live under its conmon.
+        dead = manager.container_alive(health.container)
+        if dead:
+            return dead
     report.listener_pid, report.listener_cmdline, report.ownership = owned.pid, owned.cmdline, owned.reason
     status, _body = get(health.host, health.port, health.health_path, health.api_key)
     _refuse_credentials(manager, unit, health, health.health_path, status, report)

@@ -57,8 +57,46 @@ _PRIVILEGE_FLAGS = {
     "--uts": "the engine keeps its own UTS namespace",
     "--cgroupns": "the engine keeps its own cgroup namespace",
 }
+# `podman run` flags extra_args may carry: an allowlist, as a denylist of the dangerous ones was
+# bypassed by every flag it did not know (`--volume=/:/host:U`, `--mount=type=bind,src=/,...`,
+# `--device=/dev/sda`, `--annotation=...`). Each is resource limits, logging or process
+# behaviour; nothing here adds a mount, a device, a namespace, a network, a privilege or an
+# annotation: those have typed options (model_dir, cache_dir, gpu_devices, network, publish,
+# user, cap_add, ...). True: the flag takes a value (`--flag=value` or `--flag value`).
+ALLOWED_EXTRA_FLAGS: dict[str, bool] = {
+    "--log-level": True,
+    "--log-driver": True,
+    "--log-opt": True,
+    "--tz": True,
+    "--init": False,
+    "--memory": True,
+    "--memory-reservation": True,
+    "--memory-swap": True,
+    "--memory-swappiness": True,
+    "--cpus": True,
+    "--cpuset-cpus": True,
+    "--cpuset-mems": True,
+    "--cpu-shares": True,
+    "--pids-limit": True,
+    "--stop-signal": True,
+    "--workdir": True,
+    "--hostname": True,
+}
 # podman 4.3 reads an env file with bufio.Scanner, whose longest line is 64 KiB with its newline.
 ENV_LINE_MAX_BYTES = 64 * 1024 - 1
+
+
+# Each engine's own UID (and GID), when the inventory gives none: one per container name, the same
+# on every host and every deploy, in a range of its own (above the host's login users, below
+# systemd's dynamic users at 61184). Engines sharing one UID could read each other's
+# /proc/PID/environ (the API key) and caches.
+ENGINE_UID_BASE = 30000
+ENGINE_UID_SPAN = 20000
+
+
+def engine_uid(name: str) -> int:
+    """ENGINE_UID_BASE + the first 8 bytes of sha256(name) modulo ENGINE_UID_SPAN."""
+    return ENGINE_UID_BASE + int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") % ENGINE_UID_SPAN
 
 
 class EngineError(ValueError):
@@ -143,11 +181,7 @@ class EngineContainer:
         for index, arg in enumerate(self.command + self.extra_args):
             if not isinstance(arg, str):
                 raise EngineError(f"command[{index}]: every argument must be a string")
-        for index, arg in enumerate(self.extra_args):
-            flag = arg.split("=", 1)[0]
-            why = _PRIVILEGE_FLAGS.get(flag) or (_PRIVILEGE_FLAGS["--user"] if re.match(r"^-u", arg) else None)
-            if why:
-                raise EngineError(f"extra_args[{index}]: {flag} is refused here: {why}")
+        check_extra_args(self.extra_args)
         for key in self.labels:
             if "=" in key or not key:
                 raise EngineError(f"labels: {key!r} is not a label name")
@@ -176,7 +210,11 @@ class EngineContainer:
                     raise EngineError(f"{name}: {problem}")
 
     def uid_gid(self) -> tuple[int, int]:
-        """The numeric UID and GID the engine runs as (the cache directory is owned by them)."""
+        """The numeric UID and GID the engine runs as (the cache directory is owned by them): the
+        given `user`, or (empty) one of this engine's own, derived from its name (engine_uid)."""
+        if not self.user:
+            uid = engine_uid(self.name)
+            return uid, uid
         match = _USER_RE.match(self.user)
         if not match:
             raise EngineError(f"user: give a numeric UID:GID such as 10001:10001 (the host's cache directory is chowned to it), not {self.user!r}")
@@ -265,6 +303,33 @@ class EngineContainer:
     def cleanup_argv(self) -> list[str]:
         """Remove exactly this container name (a stale registration), nothing else."""
         return ["/usr/bin/podman", "rm", "--force", "--ignore", "--time", "0", self.name]
+
+
+def check_extra_args(extra_args: list[str]) -> None:
+    """Every element of extra_args is an allowed flag (ALLOWED_EXTRA_FLAGS) or the value of the one
+    before it; anything else is refused, naming the element and the option to use instead."""
+    index = 0
+    allowed = ", ".join(sorted(ALLOWED_EXTRA_FLAGS))
+    while index < len(extra_args):
+        arg = extra_args[index]
+        flag, has_value, _value = arg.partition("=")
+        why = _PRIVILEGE_FLAGS.get(flag) or (_PRIVILEGE_FLAGS["--user"] if re.match(r"^-u", arg) else None)
+        if why:
+            raise EngineError(f"extra_args[{index}]: {flag} is refused here: {why}")
+        if flag not in ALLOWED_EXTRA_FLAGS:
+            what = "a bare value (it would be read as the image)" if not arg.startswith("-") else f"{flag} is not an allowed podman flag"
+            raise EngineError(
+                f"extra_args[{index}]: {what}; extra_args takes only {allowed} (mounts, devices, ports, networks, users and "
+                "capabilities come from their own options: model_dir, cache_dir, gpu_devices, publish, network, user, cap_add)"
+            )
+        takes_value = ALLOWED_EXTRA_FLAGS[flag]
+        if has_value and not takes_value:
+            raise EngineError(f"extra_args[{index}]: {flag} takes no value")
+        if takes_value and not has_value:
+            if index + 1 >= len(extra_args):
+                raise EngineError(f"extra_args[{index}]: {flag} needs a value (give {flag}=VALUE)")
+            index += 1
+        index += 1
 
 
 def digest_verdict(inspect: list[dict[str, Any]] | None, image: str, pinned: str) -> tuple[bool, str]:

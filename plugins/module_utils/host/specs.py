@@ -60,17 +60,36 @@ ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
     "runtime": {"type": "str", "default": "", "description": "OCI runtime (C(crun), C(runc)); empty for podman's default."},
     "cgroups": {"type": "str", "default": "", "description": "Podman C(--cgroups) mode (for example V(disabled) for nested hosts); empty for the default."},
     "stop_timeout": {"type": "int", "default": 30, "description": "Seconds C(podman stop) waits before killing."},
-    "extra_args": {"type": "list", "elements": "str", "default": [], "description": "Further C(podman run) arguments, placed before the image."},
+    "extra_args": {
+        "type": "list",
+        "elements": "str",
+        "default": [],
+        "description": [
+            "Further C(podman run) arguments, placed before the image.",
+            (
+                "An allowlist (C(podman_engine.py) ALLOWED_EXTRA_FLAGS), each as C(--flag=VALUE) or C(--flag VALUE),"
+                " C(--log-level), C(--log-driver), C(--log-opt), C(--tz), C(--init), C(--memory), C(--memory-reservation),"
+                " C(--memory-swap), C(--memory-swappiness), C(--cpus), C(--cpuset-cpus), C(--cpuset-mems), C(--cpu-shares),"
+                " C(--pids-limit), C(--stop-signal), C(--workdir) and C(--hostname). Anything else (a mount, a device,"
+                " an annotation, a namespace, a privilege, a bare value) is refused, naming the option to use instead."
+            ),
+        ],
+    },
     "labels": {"type": "dict", "default": {}, "description": "Extra labels."},
     # Least privilege (docs/engine_units.md "Container privileges"): each default is the secure
     # one, and each option relaxes exactly one thing.
     "user": {
         "type": "str",
-        "default": "10001:10001",
+        "default": "",
         "description": [
             (
                 "The numeric C(UID:GID) the engine runs as inside the container (not root); the host's C(cache_dir) "
                 "is created or chowned to it. V(0:0) runs the engine as root again."
+            ),
+            (
+                "Empty (the default) gives each engine a UID:GID of its own, derived from the container name"
+                " (C(podman_engine.py) C(engine_uid), in 30000-49999), so a compromised engine cannot read another's"
+                " C(/proc/PID/environ) or caches."
             ),
         ],
     },
@@ -141,6 +160,33 @@ HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
             (
                 "Before a restart of a running unit, seconds to wait for the engine's in-flight requests (read from "
                 "its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened."
+            ),
+            (
+                "The listener on the port is judged first (a foreign one fails, and no key is sent to it); when nothing"
+                " listens there is nothing to drain. Work that cannot be read counts as busy, so the restart waits the whole"
+                " timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force)."
+            ),
+        ],
+    },
+    "drain_api_key": {
+        "type": "str",
+        "default": "",
+        "no_log": True,
+        "description": [
+            (
+                "The key the running engine holds, for the drain's read of /metrics (during a rotation the previous key,"
+                " which C(endpoint_deploy) passes from the kept last-good secrets); O(health.api_key) is tried after it."
+                " Never logged."
+            ),
+        ],
+    },
+    "drain_force": {
+        "type": "bool",
+        "default": False,
+        "description": [
+            (
+                "Restart at once when the drain cannot read the in-flight requests (no metrics, every key refused)."
+                " Without it such a restart first waits O(health.drain_timeout) in full."
             ),
         ],
     },

@@ -12,6 +12,7 @@ so tests drive the logic with a fake runner.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,16 @@ class HealthSpec:
     allowed_restarts: int = default(HEALTH_OPTIONS, "allowed_restarts")
     api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
     drain_timeout: float = default(HEALTH_OPTIONS, "drain_timeout")  # seconds a restart waits for in-flight requests
+    # The key the running engine holds (the previous one during a rotation); never printed.
+    drain_api_key: str = field(default="", repr=False)
+    drain_force: bool = default(HEALTH_OPTIONS, "drain_force")  # restart even when in-flight work cannot be read
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    pid: int  # the engine process (the container's init)
+    conmon_pid: int
+    status: str  # running, exited, ...
 
 
 def boottime() -> float:
@@ -84,16 +95,42 @@ class UnitManager:
         self._check([SYSTEMCTL, verb, unit], change=True)
 
     def container_pid(self, name: str) -> int | None:
+        state = self.container_state(name)
+        return state.pid if state else None
+
+    def container_state(self, name: str) -> ContainerState | None:
+        """The engine container's process, its conmon and its status (`podman inspect`)."""
         if not name:
             return None
-        rc, out, _err = self.host.query([PODMAN, "inspect", "--format", "{{.State.Pid}}", name])
+        rc, out, _err = self.host.query([PODMAN, "inspect", "--format", "{{.State.Pid}} {{.State.ConmonPid}} {{.State.Status}}", name])
         if rc != 0:
             return None
+        fields = (out.strip().splitlines() or [""])[0].split()
         try:
-            pid = int(out.strip().splitlines()[0])
+            pid = int(fields[0])
+            conmon = int(fields[1]) if len(fields) > 1 else 0
         except (ValueError, IndexError):
             return None
-        return pid or None
+        if not pid:
+            return None
+        return ContainerState(pid, conmon, fields[2] if len(fields) > 2 else "")
+
+    def container_alive(self, name: str) -> str | None:
+        """None when the engine container runs under a live conmon that is its engine's parent;
+        else why not. A SIGKILLed conmon leaves the engine serving for some seconds, re-parented,
+        and then it dies: a listener then is no proof of a healthy container."""
+        state = self.container_state(name)
+        if state is None:
+            return f"the engine container {name} is not running"
+        if state.status != "running":
+            return f"the engine container {name} is {state.status or 'in no known state'}"
+        conmon = read_proc(state.conmon_pid, self.proc) if state.conmon_pid > 0 else None
+        if conmon is None or os.path.basename(conmon.cmdline.split(" ", 1)[0]) != "conmon":
+            return f"the engine container {name}'s conmon (PID {state.conmon_pid}) is gone: the engine dies within seconds"
+        engine = read_proc(state.pid, self.proc)
+        if engine is None or engine.ppid != state.conmon_pid:
+            return f"the engine process (PID {state.pid}) is not conmon {state.conmon_pid}'s: the container is not the one podman manages"
+        return None
 
     def remove_container(self, name: str) -> bool:
         """Remove exactly the engine's own container name (a stale registration or survivor)."""
@@ -114,18 +151,25 @@ class UnitManager:
 
     # --- gates -----------------------------------------------------------------------------
 
-    def port_gate(self, unit: str, health: HealthSpec) -> None:
-        """Before start: nothing foreign may hold the port."""
+    def port_owned(self, unit: str, health: HealthSpec) -> bool:
+        """Whether the unit's own engine listens on the port (False: nothing listens). A foreign
+        listener fails: judged before any credential is sent to the port (the drain, the port gate)."""
         props = self.show(unit)
         cgroup = props.get("ControlGroup", "")
         container_pid = self.container_pid(health.container)
-        for pid, cmdline in self.listeners(health.port):
+        listeners = self.listeners(health.port)
+        for pid, cmdline in listeners:
             verdict = judge_listener(pid, cgroup, container_pid, None, self.proc)
             if not verdict.owned:
                 raise GateError(
-                    f"port {health.port} is held by PID {pid} ({cmdline[:200]}), which is not {unit}'s; stop it or change the port",
+                    f"port {health.port} is held by PID {pid} ({cmdline[:200]}), which is not {unit}'s; stop it or change the port (no key was sent to it)",
                     {"foreign_pid": pid, "foreign_cmdline": cmdline},
                 )
+        return bool(listeners)
+
+    def port_gate(self, unit: str, health: HealthSpec) -> None:
+        """Before start: nothing foreign may hold the port."""
+        self.port_owned(unit, health)
 
     def stop_previous(self, unit: str, health: HealthSpec | None) -> None:
         props = self.show(unit)

@@ -108,8 +108,13 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
         # What would change is known from the content; the start and the health gate need a real start.
         result["changed"] = unit_changed or env_changed or restart
         if (content_changed or restart) and health and health.drain_timeout > 0:
-            # Whether the restart would cut requests if it ran now.
-            now = read_in_flight(http_get, health.host, health.port, health.api_key)
+            # Whether the restart would cut requests if it ran now: the listener is judged first, so
+            # no key goes to a port a foreign process holds.
+            try:
+                listening = UnitManager(host).port_owned(name, health)
+            except GateError as exc:
+                raise StepError(str(exc), {**result, **exc.details, "elapsed": elapsed()}) from None
+            now = read_in_flight(http_get, health.host, health.port, _drain_keys(health)) if listening else 0
             result["drain"] = {"outcome": "unknown" if now is None else ("would_cut" if now else "idle"), "in_flight_now": now}
         result["elapsed"] = elapsed()
         return result
@@ -137,8 +142,13 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
         started_at = None
         if content_changed or restart or props.get("ActiveState") != "active":
             if health and health.drain_timeout > 0 and props.get("ActiveState") == "active":
-                # Let the streams in flight finish (bounded) before the stop cuts them.
-                result["drain"] = drain(http_get, health.host, health.port, health.api_key, health.drain_timeout).as_dict()
+                # Let the streams in flight finish (bounded) before the stop cuts them. Who listens
+                # is judged before any key is sent; nothing listening holds no stream.
+                if manager.port_owned(name, health):
+                    report = drain(http_get, health.host, health.port, _drain_keys(health), health.drain_timeout, force=health.drain_force)
+                    result["drain"] = report.as_dict()
+                else:
+                    result["drain"] = {"outcome": "idle", "in_flight_at_start": 0, "cut": 0, "waited_s": 0.0, "listener": "none"}
             manager.stop_previous(name, health)
             if health:
                 manager.port_gate(name, health)
@@ -179,9 +189,21 @@ def _health_spec(params: dict[str, Any]) -> HealthSpec:
             allowed_restarts=int(given["allowed_restarts"]),
             api_key=str(given["api_key"] or ""),
             drain_timeout=float(given["drain_timeout"]),
+            drain_api_key=str(given["drain_api_key"] or ""),
+            drain_force=_flag(given["drain_force"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StepError(f"health: needs a numeric port, timeout and allowed_restarts ({exc})", {}) from None
+
+
+def _flag(value: Any) -> bool:
+    """A templated boolean may arrive as a string."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _drain_keys(health: HealthSpec) -> tuple[str, ...]:
+    """The key the running engine holds first (the previous one during a rotation), then the new one."""
+    return tuple(key for key in (health.drain_api_key, health.api_key) if key) or ("",)
 
 
 def remove_unit(params: dict[str, Any], host: Host) -> dict[str, Any]:

@@ -120,6 +120,11 @@ class LlamaCppShape(Shape):
         return (self.type_k, self.cache_type_v)
 
     RUNTIME: ClassVar[str] = NAME
+    # llama-server reads `_` as `-` in a `--` flag's name (no `=` form, no prefixes); -hft is --hf-token.
+    CREDENTIAL_FLAGS: ClassVar[tuple[str, ...]] = ("--api-key", "--api_key", "--hf-token", "--hf_token", "-hft")
+    ADDRESS_FLAGS: ClassVar[tuple[str, ...]] = ("--host", "--port")
+    FLAG_UNDERSCORES: ClassVar[bool] = True
+    FLAG_PREFIXES: ClassVar[bool] = False
     LAYOUT_KEYS: ClassVar[tuple[str, ...]] = ("ctx_size", "parallel", "kv_unified", "ubatch", "swa_full")
     KV_DTYPE_FIELD: ClassVar[str] = "type_k/type_v"
 

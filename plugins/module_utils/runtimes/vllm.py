@@ -108,6 +108,12 @@ class VllmShape(Shape):
         return (self.kv_cache_dtype,)
 
     RUNTIME: ClassVar[str] = NAME
+    # vLLM's FlexibleArgumentParser reads `_` as `-` in a flag's name and takes `--flag=value`;
+    # argparse takes any unambiguous prefix (`--hos`, `--api-k`): every such spelling is refused.
+    CREDENTIAL_FLAGS: ClassVar[tuple[str, ...]] = ("--api-key", "--api_key", "--hf-token", "--hf_token")
+    ADDRESS_FLAGS: ClassVar[tuple[str, ...]] = ("--host", "--port")
+    FLAG_UNDERSCORES: ClassVar[bool] = True
+    FLAG_PREFIXES: ClassVar[bool] = True
     LAYOUT_KEYS: ClassVar[tuple[str, ...]] = ("max_model_len", "max_num_seqs")
     KV_DTYPE_FIELD: ClassVar[str] = "kv_cache_dtype"
 

@@ -42,6 +42,9 @@ MAX_LAYERS = 100_000
 # runbooks all show argv. The key goes in endpoint_api_key, which reaches the engine by environment.
 # Each runtime's shape class adds the spellings its engine also parses (Shape.CREDENTIAL_FLAGS).
 CREDENTIAL_FLAGS = ("--api-key", "--hf-token")
+# Flags the argv sets from the shape alone (bind, port): the engine takes the last value, so one in
+# extra_args would undo the bind policy and the firewall (e.g. `--host 0.0.0.0` on a loopback shape).
+ADDRESS_FLAGS = ("--host", "--port")
 
 
 class ShapeError(ValueError):
@@ -286,6 +289,11 @@ class Shape:
     # budget, the calibration store and the client contract never ask which runtime it is.
     RUNTIME: ClassVar[str] = ""  # the runtime name its class serves
     CREDENTIAL_FLAGS: ClassVar[tuple[str, ...]] = CREDENTIAL_FLAGS  # extra_args flags that would carry a key
+    ADDRESS_FLAGS: ClassVar[tuple[str, ...]] = ADDRESS_FLAGS  # flags only the shape's bind and port set
+    # How the engine's parser reads a long flag, so every spelling of the flags above is refused:
+    # `_` read as `-` (llama.cpp, vLLM), and any unambiguous prefix taken for the flag (argparse).
+    FLAG_UNDERSCORES: ClassVar[bool] = True
+    FLAG_PREFIXES: ClassVar[bool] = False
     KV_DTYPE_FIELD: ClassVar[str] = "kv_dtype"  # the key (or keys) a KV dtype verdict names
     LAYOUT_KEYS: ClassVar[tuple[str, ...]] = ()  # the keys that lay the cache out within one geometry
 
@@ -382,17 +390,44 @@ def parse_into(cls: type[Shape], raw: Mapping[str, Any], name: str | None = None
         values[key_name] = _coerce(item.metadata, value, key_name)
     if not values.get("served_id") and name:
         values["served_id"] = parse_text(name, "served_id")
-    check_no_key_in_argv(values.get("extra_args") or (), cls.CREDENTIAL_FLAGS)
+    check_no_key_in_argv(values.get("extra_args") or (), cls.CREDENTIAL_FLAGS, cls.FLAG_UNDERSCORES, cls.FLAG_PREFIXES)
+    check_no_address_in_argv(values.get("extra_args") or (), cls.ADDRESS_FLAGS, cls.FLAG_UNDERSCORES, cls.FLAG_PREFIXES)
     cls.check_values(values)
     _check_known_bad(values, taken)
     _check_reasoning_efforts(values)
     return cls(**values)
 
 
-def check_no_key_in_argv(extra_args: tuple[str, ...], flags: tuple[str, ...] = CREDENTIAL_FLAGS) -> None:
+def flag_named(arg: Any, flags: tuple[str, ...], underscores: bool = True, prefixes: bool = False) -> str | None:
+    """The flag of `flags` that `arg` spells as the engine's parser reads it (`--api_key=x`, and with
+    `prefixes` an abbreviation such as `--hos`), or None."""
+    text = str(arg)
+    name = text.split("=", 1)[0] if text.startswith("--") else text
+    if underscores and name.startswith("--"):
+        name = name.replace("_", "-")
+    for flag in flags:
+        spelled = flag.replace("_", "-") if underscores and flag.startswith("--") else flag
+        if name == spelled or (prefixes and name.startswith("--") and len(name) > 3 and spelled.startswith(name)):
+            return flag
+    return None
+
+
+def check_no_address_in_argv(extra_args: tuple[str, ...], flags: tuple[str, ...] = ADDRESS_FLAGS, underscores: bool = True, prefixes: bool = False) -> None:
     for arg in extra_args:
-        flag = str(arg).split("=", 1)[0]
-        if flag in flags:
+        flag = flag_named(arg, flags, underscores, prefixes)
+        if flag:
+            field = "bind" if "host" in flag else "port"
+            raise ShapeError(
+                f"extra_args: {arg} sets {flag}, which the argv takes from the shape's {field} only (the engine keeps the last value, "
+                f"so it would undo the bind policy and the firewall); remove it and set endpoint_shape.{field}"
+                + (" (a LAN bind also needs endpoint_allowed_networks and endpoint_api_key)" if field == "bind" else "")
+            )
+
+
+def check_no_key_in_argv(extra_args: tuple[str, ...], flags: tuple[str, ...] = CREDENTIAL_FLAGS, underscores: bool = True, prefixes: bool = False) -> None:
+    for arg in extra_args:
+        flag = flag_named(arg, flags, underscores, prefixes)
+        if flag:
             raise ShapeError(
                 f"extra_args: {flag} would put a credential in the engine's argv (readable in /proc/PID/cmdline, the unit file and the "
                 "records); set endpoint_api_key (from Ansible Vault) instead: the engine gets it by environment"
