@@ -35,8 +35,8 @@ lint: setup ## yamllint, ansible-lint (production profile), ruff
 	ruff format --check .
 	ansible-lint --profile production
 
-unit: setup ## pytest: unit tests (no lab needed)
-	pytest tests/unit tests/hostile tests/replay
+unit: setup ## pytest: unit tests and the corpus replays (no lab needed)
+	pytest tests/unit tests/hostile tests/replay tests/differential
 
 unit-fast: ## pytest: unit tests without the slow tier (no ansible-playbook, promtool, ansible-doc)
 	pytest tests/unit -m "not slow"
@@ -66,6 +66,13 @@ ee: setup ## build the execution environment image (execution-environment.yml; c
 
 ee-check: ee ## run playbooks/deploy_fleet.yml --check inside the EE against the lab (shared: flock /tmp/lab.lock make ee-check)
 	@scripts/ee.sh check $(EE_CHECK_ARGS)
+
+.PHONY: differential-vllm
+N ?= 10
+JOBS ?= 2
+
+differential-vllm: setup ## boot the lab's vLLM on N random shapes and tiny models; grow tests/differential/corpus/vllm (JOBS at once)
+	scripts/differential_vllm.py -n $(N) --jobs $(JOBS)
 
 test: lint unit integration sanity molecule build ## every check
 	@echo "make test: all checks passed"
