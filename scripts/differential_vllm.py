@@ -100,7 +100,7 @@ def model_name(geo: make_tiny_hf.TinyGeometry) -> str:
 def draw_shape(rng: random.Random, geo: make_tiny_hf.TinyGeometry, name: str) -> tuple[dict, dict]:
     """The shape (gate keys) and the engine environment for one case."""
     block = rng.choice((None, None, None, 32, 64, 256))
-    dtype = rng.choices(("auto", "fp8", "fp8_e5m2", "bfloat16"), (6, 3, 1, 1))[0]
+    dtype = rng.choices(("auto", "fp8", "fp8_e5m2", "bfloat16", "bf16"), (6, 3, 1, 1, 1))[0]
     max_len = rng.choice(
         (
             rng.randrange(1, 300),

@@ -323,6 +323,10 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
                     notes.append("expert arena: no runtime_overhead, so the remainder of the budget (an upper bound)")
         device.add("non_torch", non_torch)
     add_extra_terms(devices, shape.extra_terms)
+    if pool is None and devices[0].kind == "cpu":
+        # vllm/v1/worker/cpu_worker.py determine_available_memory: without an explicit KV space the
+        # CPU worker takes ceil(node total x utilization) less its own RSS after warm-up.
+        notes.append("cpu: no kv_cache_memory_bytes, so the pool is the engine's node memory x utilization less its RSS, not priced exactly")
 
     pool_bytes = sum(t.bytes for t in devices[0].terms if t.name == "kv_pool")
     geometry = payload.geometry(shape.model_geometry, shape.model_file, "model")
