@@ -28,6 +28,31 @@ def test_a_sliding_window_mix_books_each_group_blocks_per_request():
     assert result.kv["basis"] == "exact" and result.kv["block_size"] == 128 and pool_law(result).ok
 
 
+def test_sliding_window_groups_keep_the_window_and_one_batch_in_flight():
+    # 000041c6: "CPU KV cache size: 85,431 tokens, Maximum concurrency for 34,699 tokens per request: 2.46x"
+    # (3 sliding-window layers of window 32 between 3 full ones; max_num_batched_tokens left to the engine)
+    result = price(
+        model_geometry={"n_layer": 6, "n_head_kv": 1, "head_dim": 128, "layer_kinds": ["swa", "full"] * 3, "sliding_window": 32},
+        max_model_len=34_699,
+        max_num_seqs=3,
+        kv_cache_memory_bytes=140_496_017,
+    )
+    assert (result.kv["tokens"], f"{result.kv['concurrency']:.2f}") == (85_431, "2.46")
+
+
+def test_an_uneven_mix_is_grouped_one_layer_a_group():
+    # 0000dc71: "CPU KV cache size: 336 tokens, Maximum concurrency for 214 tokens per request: 1.57x"
+    # (2 full layers and 1 sliding-window layer, an fp8 cache, a pool of 184,005 B)
+    result = price(
+        model_geometry={"n_layer": 3, "n_head_kv": 2, "head_dim": 32, "layer_kinds": ["full", "swa", "full"], "sliding_window": 100},
+        max_model_len=214,
+        max_num_seqs=2,
+        kv_cache_dtype="fp8",
+        kv_cache_memory_bytes=184_005,
+    )
+    assert (result.kv["tokens"], f"{result.kv['concurrency']:.2f}") == (336, "1.57")
+
+
 def test_a_pool_short_of_one_request_is_refused_with_the_engines_sentence():
     # 00001ef0: "ValueError: To serve at least one request with the model's max seq len (38275), (0.01 GiB KV
     # cache is needed, which is larger than the available KV cache memory (0.01 GiB). Based on the available
