@@ -26,12 +26,13 @@ LINE_PATTERNS = (
     re.compile(r"Maximum concurrency for"),
     re.compile(r"Model loading took|Loading weights took"),
     re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:ERROR [^\]]*\] )?\w*(?:Error|Exception): "),
+    re.compile(r"^\S+\.py: error: "),  # the argument parser's refusal
 )
 
 _TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU) KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _NODE = re.compile(r"(?:Explicitly|Auto) set \([\d.]+/([\d.]+)\) GiB")
 _REFUSAL = re.compile(r"ValueError: (To serve at least one request with the model's max seq len \((\d+)\).*|No available memory for the cache blocks.*)")
-_ERROR = re.compile(r"^\w*(?:Error|Exception): (.*)")
+_ERROR = re.compile(r"^\w*(?:Error|Exception): (.*)|^\S+\.py: error: (.*)")
 
 
 def load_cases() -> list[dict[str, Any]]:

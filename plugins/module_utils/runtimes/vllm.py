@@ -136,6 +136,10 @@ def shape_overhead(shape: VllmShape) -> int:
 
 # --- argv ----------------------------------------------------------------------------------------
 
+# The shape's short spellings of a KV dtype as vLLM's --kv-cache-dtype choices (vllm/config/cache.py
+# CacheDType: "bfloat16" and "float16", no "bf16"; vLLM 0.32.0's argument parser refuses bf16).
+VLLM_DTYPE_SPELLING = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
 
 def vllm_argv(shape: VllmShape, model_root: str = "", entry: list[str] | None = None) -> list[str]:
     """Arguments for vLLM's OpenAI server (`entry` is the program part, e.g. the image's default)."""
@@ -143,7 +147,7 @@ def vllm_argv(shape: VllmShape, model_root: str = "", entry: list[str] | None = 
     argv = list(entry or [])
     argv += ["--model", model, "--served-model-name", served_id, "--host", shape.bind, "--port", port]
     argv += ["--max-model-len", str(shape.max_model_len), "--max-num-seqs", str(shape.max_num_seqs)]
-    argv += ["--kv-cache-dtype", shape.kv_cache_dtype]
+    argv += ["--kv-cache-dtype", VLLM_DTYPE_SPELLING.get(shape.kv_cache_dtype.lower(), shape.kv_cache_dtype)]
     if shape.kv_cache_memory_bytes is not None:
         argv += ["--kv-cache-memory-bytes", str(shape.kv_cache_memory_bytes)]
     if shape.max_num_batched_tokens:
