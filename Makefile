@@ -35,7 +35,7 @@ lint: setup ## yamllint, ansible-lint (production profile), ruff
 	ruff format --check .
 	ansible-lint --profile production
 
-unit: setup ## pytest: unit tests, the seed replay and the differential corpus replay (no lab needed)
+unit: setup ## pytest: unit tests, the seed replay and the differential corpus replays (no lab needed)
 	pytest tests/unit tests/hostile tests/replay tests/differential
 
 # `make differential N=50 SEED=8`: draw N more shapes on random tiny models and boot each on the
@@ -74,6 +74,12 @@ ee: setup ## build the execution environment image (execution-environment.yml; c
 
 ee-check: ee ## run playbooks/deploy_fleet.yml --check inside the EE against the lab (shared: flock /tmp/lab.lock make ee-check)
 	@scripts/ee.sh check $(EE_CHECK_ARGS)
+
+.PHONY: differential-vllm
+JOBS ?= 2
+
+differential-vllm: setup ## boot the lab's vLLM on N random shapes and tiny models; grow tests/differential/corpus/vllm (JOBS at once)
+	scripts/differential_vllm.py -n $(N) --jobs $(JOBS)
 
 test: lint unit integration sanity molecule build ## every check
 	@echo "make test: all checks passed"

@@ -7,7 +7,9 @@ and a payload manifest beside the directory. Deterministic (fixed seed): a rerun
 same bytes, and an existing model is kept.
 
 The geometry is the one the KV law is checked against: 2 layers, 4 heads, 2 KV heads of 32 dims,
-so one token costs 2 layers x 2 heads x 32 x (K, V) x 2 B = 512 B of bf16 cache.
+so one token costs 2 layers x 2 heads x 32 x (K, V) x 2 B = 512 B of bf16 cache. `write_model`
+takes another geometry (`TinyGeometry`: layers, heads, KV heads, head dim, a sliding-window layer
+mix, vocabulary) for the differential harness (scripts/differential_vllm.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import shutil
 import struct
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,26 @@ from make_tiny_gguf import CHATML, tokenizer
 NAME = "tiny-llama-hf-h4kv2d32"
 HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 128, 2, 4, 2, 256
 MAX_POSITIONS = 32768
+SEED = 20261129
+
+
+@dataclass(frozen=True)
+class TinyGeometry:
+    """A tiny llama's geometry. layer_types: None, or one of full_attention | sliding_attention
+    per layer (vLLM's llama reads `layer_types` and `sliding_window` from the config); vocab_pad:
+    embedding rows past the tokenizer's vocabulary."""
+
+    hidden: int = HIDDEN
+    layers: int = LAYERS
+    heads: int = HEADS
+    kv_heads: int = KV_HEADS
+    head_dim: int = HIDDEN // HEADS
+    ffn: int = FFN
+    layer_types: tuple[str, ...] | None = None
+    sliding_window: int | None = None
+    vocab_pad: int = 0
+    max_positions: int = MAX_POSITIONS
+    seed: int = SEED
 
 
 def bf16_bytes(array: np.ndarray) -> bytes:
@@ -87,55 +110,56 @@ def tokenizer_json(tokens: list[str], merges: list[str], specials: list[str]) ->
     }
 
 
-def write_model(out: Path) -> None:
-    rng = np.random.default_rng(20261129)
+def write_model(out: Path, geo: TinyGeometry | None = None) -> None:
+    geo = geo or TinyGeometry()
+    rng = np.random.default_rng(geo.seed)
     tokens, _types, merges = tokenizer()
     specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
-    vocab_size = len(tokens)
-    head_dim = HIDDEN // HEADS
+    vocab_size = len(tokens) + geo.vocab_pad
+    hidden, head_dim, ffn = geo.hidden, geo.head_dim, geo.ffn
     tmp = out.with_name(out.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
 
     def weight(*shape: int) -> np.ndarray:
         return rng.standard_normal(shape).astype(np.float32) * 0.02
 
-    embed = weight(vocab_size, HIDDEN)
+    embed = weight(vocab_size, hidden)
     # The output head speaks printable ASCII only: rows of other bytes and of special tokens are
     # zero, so their logit is 0 while some ASCII token's is positive. Random weights otherwise emit
     # lone UTF-8 lead bytes, which a detokenizer rightly holds back: an "empty" answer.
-    lm_head = weight(vocab_size, HIDDEN)
+    lm_head = weight(vocab_size, hidden)
     for index in range(vocab_size):
-        if (index < 256 and not 32 <= index < 127) or tokens[index] in specials:
+        if index >= len(tokens) or (index < 256 and not 32 <= index < 127) or tokens[index] in specials:
             lm_head[index] = 0.0
-    tensors = {"model.embed_tokens.weight": embed, "model.norm.weight": np.ones(HIDDEN, np.float32), "lm_head.weight": lm_head}
-    for layer in range(LAYERS):
+    tensors = {"model.embed_tokens.weight": embed, "model.norm.weight": np.ones(hidden, np.float32), "lm_head.weight": lm_head}
+    for layer in range(geo.layers):
         p = f"model.layers.{layer}"
         tensors.update(
             {
-                f"{p}.input_layernorm.weight": np.ones(HIDDEN, np.float32),
-                f"{p}.post_attention_layernorm.weight": np.ones(HIDDEN, np.float32),
-                f"{p}.self_attn.q_proj.weight": weight(HEADS * head_dim, HIDDEN),
-                f"{p}.self_attn.k_proj.weight": weight(KV_HEADS * head_dim, HIDDEN),
-                f"{p}.self_attn.v_proj.weight": weight(KV_HEADS * head_dim, HIDDEN),
-                f"{p}.self_attn.o_proj.weight": weight(HIDDEN, HEADS * head_dim),
-                f"{p}.mlp.gate_proj.weight": weight(FFN, HIDDEN),
-                f"{p}.mlp.up_proj.weight": weight(FFN, HIDDEN),
-                f"{p}.mlp.down_proj.weight": weight(HIDDEN, FFN),
+                f"{p}.input_layernorm.weight": np.ones(hidden, np.float32),
+                f"{p}.post_attention_layernorm.weight": np.ones(hidden, np.float32),
+                f"{p}.self_attn.q_proj.weight": weight(geo.heads * head_dim, hidden),
+                f"{p}.self_attn.k_proj.weight": weight(geo.kv_heads * head_dim, hidden),
+                f"{p}.self_attn.v_proj.weight": weight(geo.kv_heads * head_dim, hidden),
+                f"{p}.self_attn.o_proj.weight": weight(hidden, geo.heads * head_dim),
+                f"{p}.mlp.gate_proj.weight": weight(ffn, hidden),
+                f"{p}.mlp.up_proj.weight": weight(ffn, hidden),
+                f"{p}.mlp.down_proj.weight": weight(hidden, ffn),
             }
         )
     write_safetensors(tensors, tmp / "model.safetensors")
-    bos, eos = vocab_size - 1, vocab_size - 2  # <|endoftext|>, <|im_end|>
+    bos, eos = len(tokens) - 1, len(tokens) - 2  # <|endoftext|>, <|im_end|>
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
-        "hidden_size": HIDDEN,
-        "intermediate_size": FFN,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
+        "hidden_size": hidden,
+        "intermediate_size": ffn,
+        "num_hidden_layers": geo.layers,
+        "num_attention_heads": geo.heads,
+        "num_key_value_heads": geo.kv_heads,
         "head_dim": head_dim,
         "hidden_act": "silu",
-        "max_position_embeddings": MAX_POSITIONS,
+        "max_position_embeddings": geo.max_positions,
         "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0,
         "vocab_size": vocab_size,
@@ -144,6 +168,9 @@ def write_model(out: Path) -> None:
         "bos_token_id": bos,
         "eos_token_id": eos,
     }
+    if geo.layer_types is not None:
+        config["layer_types"] = list(geo.layer_types)
+        config["sliding_window"] = geo.sliding_window
     files = {
         "config.json": config,
         "generation_config.json": {"bos_token_id": bos, "eos_token_id": eos},
@@ -153,7 +180,7 @@ def write_model(out: Path) -> None:
             "bos_token": "<|endoftext|>",
             "eos_token": "<|im_end|>",
             "pad_token": "<|endoftext|>",
-            "model_max_length": MAX_POSITIONS,
+            "model_max_length": geo.max_positions,
             "chat_template": CHATML,
         },
     }

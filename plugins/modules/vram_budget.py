@@ -45,6 +45,8 @@ options:
       - Devices to price on, C(name) and C(memory) each; one entry per GPU rank, or the host for a
         CPU-only engine. An optional C(arch) (C(sm_86), C(gfx1201), C(gfx1151)) lets the KV dtype
         rules refuse a cache type the device cannot run.
+      - An optional C(kind), C(gpu) (the default) or C(cpu) (the host's CPU, e.g. vLLM's CPU build,
+        whose KV blocks hold 128 tokens where a GPU's hold 16).
     type: list
     elements: dict
     required: true

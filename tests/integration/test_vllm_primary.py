@@ -48,7 +48,7 @@ def engine_kv_line() -> tuple[int, float]:
 
 
 def predicted(shape) -> dict:
-    devices = [{"name": "lab-cpu", "memory": "2 GiB"}]
+    devices = [{"name": "lab-cpu", "memory": "2 GiB", "kind": "cpu"}]
     return price_shape(shape, devices, payload_dir=str(MODEL.parent)).kv
 
 

@@ -90,3 +90,10 @@ def test_precise_memory_plan_line_gives_overhead_arena_and_swap_region():
     assert (ledger.arena_bytes, ledger.arena_slots, ledger.arena_slot_bytes) == (round(17.22 * GIB), 7_522, None)
     assert (ledger.swap_region_bytes, ledger.swap_region_slots) == (round(13.7 * GIB), 5_986)
     assert ledger.expert_bytes == []  # the plan line is not mistaken for a bare expert buffer line
+
+
+def test_the_vllm_cpu_workers_kv_space_line_gives_the_available_kv_memory():
+    # Copied from a differential boot of the lab's vLLM 0.32.0 (tests/differential/corpus/vllm/00001ef0.json).
+    line = "(Worker pid=35) INFO 12-02 16:14:33 [cpu_worker.py:260] Explicitly set (0.01/23.54) GiB for KV cache on node 0."
+    ledger = parse_boot_log(line)
+    assert ledger.kv_available_bytes == round(0.01 * GIB)

@@ -103,22 +103,40 @@ def test_llamacpp_comparison_agrees_for_a_boot_the_law_predicts():
     assert row["layout"] == {"ctx_size": 6000, "parallel": 4, "kv_unified": False, "ubatch": 512, "swa_full": False}
 
 
+# Layers of different KV head counts (1 and 3 heads of 32 dims: still 512 B per token) have pages
+# of different sizes, a grouping the exact block law does not model: such a geometry is priced
+# from its stored boots, as every geometry was before the engine's block rule was adopted.
+UNMODELLED = {"n_layer": 2, "n_head_kv": [1, 3], "head_dim": 32, "layer_bytes": "1 MiB"}
+
+
 def test_vllm_boots_become_calibration_points_and_extrapolation_is_named():
     # The engine measured 2 GiB -> 4,194,304 tokens at max_model_len 2048 (512 B per token).
-    boot = stored(vllm_shape(), {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 2048.0}, pool=2 * GIB)
-    measured = price(vllm_shape(kv_cache_memory_bytes=GIB), boots=[boot])
+    shape = vllm_shape(model_geometry=UNMODELLED)
+    boot = stored(shape, {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 2048.0}, pool=2 * GIB)
+    measured = price({**shape, "kv_cache_memory_bytes": GIB}, boots=[boot])
     assert measured.kv["basis"] == "measured" and measured.kv["tokens"] == 2_097_152
-    other_length = price(vllm_shape(max_model_len=4096), boots=[boot])
+    other_length = price({**shape, "max_model_len": 4096}, boots=[boot])
     assert other_length.kv["basis"] == "extrapolated"
     assert any("extrapolated from 2048" in note for note in other_length.notes)
-    assert price(vllm_shape()).kv["basis"] == "formula"
+    assert price(shape).kv["basis"] == "formula"
+
+
+def test_a_geometry_the_block_law_models_is_priced_by_the_engines_rule_not_by_its_boots():
+    # A stored boot that disagrees with the engine's rule does not move the price; the
+    # comparison shows the disagreement instead.
+    boot = stored(vllm_shape(), {"engine": "vllm", "kv_tokens": 4_000_000, "concurrency": 1953.12}, pool=2 * GIB)
+    result = price(vllm_shape(), boots=[boot])
+    # 2 GiB / (2 layers x 16 x 2 heads x 64 x 2 B = 8,192 B per block) = 262,144 blocks of 16 tokens.
+    assert result.kv["basis"] == "exact" and result.kv["tokens"] == 4_194_304
+    assert compare_boot(boot, [boot])["agree"] is False
 
 
 def test_vllm_comparison_never_predicts_a_boot_from_itself():
-    a = stored(vllm_shape(), {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 2048.0}, pool=2 * GIB)
+    shape = vllm_shape(model_geometry=UNMODELLED)
+    a = stored(shape, {"engine": "vllm", "kv_tokens": 4_194_304, "concurrency": 2048.0}, pool=2 * GIB)
     alone = compare_boot(a, [a])
     assert alone["detail"].startswith("formula") and alone["agree"] is True
-    b = stored(vllm_shape(kv_cache_memory_bytes=GIB), {"engine": "vllm", "kv_tokens": 2_000_000, "concurrency": 976.56}, pool=GIB)
+    b = stored({**shape, "kv_cache_memory_bytes": GIB}, {"engine": "vllm", "kv_tokens": 2_000_000, "concurrency": 976.56}, pool=GIB)
     row = compare_boot(b, [a, b])
     assert row["detail"].startswith("measured") and row["predicted"]["kv_tokens"] == 2_097_152
     assert row["agree"] is False  # b's own 2,000,000 was not used to predict b

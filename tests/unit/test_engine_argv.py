@@ -69,6 +69,14 @@ def test_primary_vllm_argv():
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(("dtype", "flag"), [("bf16", "bfloat16"), ("fp16", "float16"), ("bfloat16", "bfloat16"), ("fp8_e5m2", "fp8_e5m2"), ("auto", "auto")])
+def test_vllm_gets_its_own_spelling_of_the_kv_dtype(dtype, flag):
+    # The lab's vLLM 0.32.0, given `--kv-cache-dtype bf16`: "api_server.py: error: argument --kv-cache-dtype:
+    # invalid choice: 'bf16' (choose from 'auto', 'bfloat16', 'float16', 'fp8', ..." (vllm/config/cache.py CacheDType).
+    argv = engine_argv({**PRIMARY, "kv_cache_dtype": dtype}, "/models")
+    assert argv[argv.index("--kv-cache-dtype") + 1] == flag
+
+
 def test_secondary_llamacpp_argv():
     assert engine_argv(SECONDARY, "/srv/models/frank-secondary") == [
         "/usr/bin/llama-server",

