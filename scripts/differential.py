@@ -159,7 +159,7 @@ def header_record(path: Path, geometry: RandomGeometry) -> dict[str, Any]:
     metadata["tokenizer.ggml.tokens.count"] = geometry.n_vocab
     return {
         "model": geometry.name,
-        "generator": {k: v for k, v in vars(geometry).items()},
+        "generator": dict(vars(geometry)),
         "file_size": header.file_size,
         "data_offset": header.data_offset,
         "metadata": metadata,

@@ -64,7 +64,7 @@ def draw_geometry(rng: random.Random) -> make_tiny_hf.TinyGeometry:
     layer_types = None
     window = None
     if layers > 1 and rng.random() < 0.35:
-        kinds = [rng.choice(("full_attention", "sliding_attention")) for _ in range(layers)]
+        kinds = [rng.choice(("full_attention", "sliding_attention")) for _index in range(layers)]
         kinds[-1] = "full_attention"  # at least one full layer
         layer_types = tuple(kinds)
         window = rng.choice((32, 100, 127, 128, 256, 511, 1024, 4096))

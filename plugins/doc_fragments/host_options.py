@@ -294,20 +294,20 @@ options:
             its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened.
           - The listener on the port is judged first (a foreign one fails, and no key is sent to it); when
             nothing listens there is nothing to drain. Work that cannot be read counts as busy, so the restart
-            waits the whole timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force).
+            waits the whole timeout (C(drain.outcome) V(unknown)) unless C(health.drain_force).
         type: int
         default: 60
       drain_api_key:
         description:
           - The key the running engine holds, for the drain's read of /metrics (during a rotation the previous
-            key, which C(endpoint_deploy) passes from the kept last-good secrets); O(health.api_key) is tried
+            key, which C(endpoint_deploy) passes from the kept last-good secrets); C(health.api_key) is tried
             after it. Never logged.
         type: str
         default: ''
       drain_force:
         description:
           - Restart at once when the drain cannot read the in-flight requests (no metrics, every key refused).
-            Without it such a restart first waits O(health.drain_timeout) in full.
+            Without it such a restart first waits C(health.drain_timeout) in full.
         type: bool
         default: false
   dropins:
@@ -659,20 +659,20 @@ options:
                 from its /metrics) to finish; 0 restarts at once. The result's C(drain) says what happened.
               - The listener on the port is judged first (a foreign one fails, and no key is sent to it); when
                 nothing listens there is nothing to drain. Work that cannot be read counts as busy, so the
-                restart waits the whole timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force).
+                restart waits the whole timeout (C(drain.outcome) V(unknown)) unless C(health.drain_force).
             type: int
             default: 60
           drain_api_key:
             description:
               - The key the running engine holds, for the drain's read of /metrics (during a rotation the
                 previous key, which C(endpoint_deploy) passes from the kept last-good secrets);
-                O(health.api_key) is tried after it. Never logged.
+                C(health.api_key) is tried after it. Never logged.
             type: str
             default: ''
           drain_force:
             description:
               - Restart at once when the drain cannot read the in-flight requests (no metrics, every key
-                refused). Without it such a restart first waits O(health.drain_timeout) in full.
+                refused). Without it such a restart first waits C(health.drain_timeout) in full.
             type: bool
             default: false
       dropins:

@@ -7,8 +7,8 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry 
 CPU = [{"name": "lab-cpu", "memory": "23.54 GiB", "kind": "cpu"}]
 
 
-def price(devices=CPU, **shape):
-    return price_shape({"runtime": "vllm", **shape}, devices)
+def price(devices=None, **shape):
+    return price_shape({"runtime": "vllm", **shape}, devices or CPU)
 
 
 def pool_law(result):

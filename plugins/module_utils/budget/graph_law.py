@@ -93,7 +93,7 @@ def _graph_bytes(geometry: ModelGeometry, kv: LlamaCppKv, batch: LlamaCppBatch, 
         return 0.0
     # Every stream's cells are in the graph (init_full): n_kv per stream, tokens split over the streams.
     n_kv = {"full": kv.cells_per_stream, "swa": kv.swa_cells_per_stream}
-    kinds = {kind for kind, *_ in layers}
+    kinds = {layer[0] for layer in layers}
     widest = max(n_kv[kind] for kind in kinds)
     n_head = geometry.n_head or max(heads for _k, heads, _dk, _dv in layers)
     head_dim = max(dim_k for _k, _h, dim_k, _dv in layers)

@@ -164,7 +164,7 @@ HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
             (
                 "The listener on the port is judged first (a foreign one fails, and no key is sent to it); when nothing"
                 " listens there is nothing to drain. Work that cannot be read counts as busy, so the restart waits the whole"
-                " timeout (C(drain.outcome) V(unknown)) unless O(health.drain_force)."
+                " timeout (C(drain.outcome) V(unknown)) unless C(health.drain_force)."
             ),
         ],
     },
@@ -175,7 +175,7 @@ HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
         "description": [
             (
                 "The key the running engine holds, for the drain's read of /metrics (during a rotation the previous key,"
-                " which C(endpoint_deploy) passes from the kept last-good secrets); O(health.api_key) is tried after it."
+                " which C(endpoint_deploy) passes from the kept last-good secrets); C(health.api_key) is tried after it."
                 " Never logged."
             ),
         ],
@@ -186,7 +186,7 @@ HEALTH_OPTIONS: dict[str, dict[str, Any]] = {
         "description": [
             (
                 "Restart at once when the drain cannot read the in-flight requests (no metrics, every key refused)."
-                " Without it such a restart first waits O(health.drain_timeout) in full."
+                " Without it such a restart first waits C(health.drain_timeout) in full."
             ),
         ],
     },
