@@ -1,7 +1,7 @@
 """The deploy plan for real: `--check --diff` of playbooks/deploy_fleet.yml against the lab ends
 with the callback frank.llm_fleet.deploy_plan's table (enabled in ansible.cfg), one row per
-endpoint: a refusal names its gate, every endpoint after it is pending, a changed shape is a
-restart. Check mode: nothing on the lab host changes."""
+endpoint: a refusal names its gate, the endpoints after it go on (or stay pending when the
+operator asks the run to stop at the first failure), a changed shape is a restart. Check mode: nothing on the lab host changes."""
 
 import shutil
 import subprocess
@@ -28,7 +28,8 @@ def plan_rows(*argv: str) -> tuple[int, dict[str, str], str]:
     return proc.returncode, rows, out
 
 
-def test_a_refused_first_endpoint_leaves_the_rest_pending_in_the_plan(tmp_path):
+@pytest.mark.parametrize("stop_on_failure", [False, True], ids=["isolated", "stop-on-failure"])
+def test_a_refused_first_endpoint_is_named_and_the_rest_follow_the_failure_policy(tmp_path, stop_on_failure):
     # A copy of the lab inventory where frank-primary (first in order) cannot fit its device.
     inventory = tmp_path / "inventories" / "lab"
     shutil.copytree(ROOT / "inventories" / "lab", inventory)
@@ -38,11 +39,17 @@ def test_a_refused_first_endpoint_leaves_the_rest_pending_in_the_plan(tmp_path):
     host_vars.write_text(yaml.safe_dump({**primary, "endpoint_devices": [{"name": "lab-cpu", "memory": "1 MiB"}]}))
     unit_before = on_host("cat", "/etc/systemd/system/frank-primary.service", check=False)
 
-    rc, rows, out = plan_rows("-i", str(inventory), "--check", "--diff")
+    policy = ["-e", "fleet_stop_on_failure=true"] if stop_on_failure else []
+    rc, rows, out = plan_rows("-i", str(inventory), "--check", "--diff", *policy)
     assert rc != 0
     assert list(rows) == ["frank-primary", "frank-secondary"], out[-3000:]
     assert rows["frank-primary"].startswith("refused by a gate (budget)") and "lab-cpu" in rows["frank-primary"]
-    assert rows["frank-secondary"] == "pending never reached: the run stopped at frank-primary"
+    if stop_on_failure:
+        # The operator's choice: the first failure ends the rollout.
+        assert rows["frank-secondary"].startswith("pending"), rows
+    else:
+        # The default policy (docs/roles.md, "When an endpoint fails"): the rollout goes on.
+        assert not rows["frank-secondary"].startswith("pending"), rows
     assert on_host("cat", "/etc/systemd/system/frank-primary.service", check=False) == unit_before
 
 
