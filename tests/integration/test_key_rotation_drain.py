@@ -1,5 +1,5 @@
 """A key rotation does not cut the streams in flight, for real on the lab host: frank-rotate
-(frank-secondary's llama-server settings, one slot of 32,768 tokens, port 7801, a key) streams a
+(frank-secondary's llama-server settings, one slot of 131,072 tokens, port 7801, a key) streams a
 long answer with the old key while a deploy rotates the key. The drain reads /metrics with the
 key the running engine holds (the previous one, from the kept last-good secrets), waits for the
 stream, and only then restarts: the client gets every token and [DONE]; afterwards the old key
@@ -20,7 +20,10 @@ require_lab_host()
 
 NAME = "frank-rotate"
 PORT = 7801
-STREAM_TOKENS = 3000
+# Long enough to outlast the rotation deploy's way to its drain on an idle machine: the lab's tiny
+# model decodes about 1,800 tokens/s there (3,000 tokens ended in 1.7 s, before the deploy began).
+STREAM_TOKENS = 100_000
+CTX = 131_072
 KEY_OLD = "sk-lab-rotate-old-0123456789abcdef"
 KEY_NEW = "sk-lab-rotate-new-fedcba9876543210"
 OUT = "/tmp/frank-rotate-stream.out"
@@ -29,7 +32,7 @@ OUT = "/tmp/frank-rotate-stream.out"
 @pytest.fixture
 def rotate_inventory(tmp_path, request):
     base = {"endpoint_probe": False, "endpoint_drain_timeout": 600}
-    shape = {"ctx_size": 32768, "parallel": 1}
+    shape = {"ctx_size": CTX, "parallel": 1}
     inventory = extra_endpoint_inventory(tmp_path, NAME, PORT, endpoint_shape=shape, endpoint_api_key=KEY_OLD, **base)
 
     def cleanup() -> None:
@@ -81,7 +84,7 @@ def test_a_key_rotation_waits_for_the_stream_it_would_cut(tmp_path, rotate_inven
         rotate_inventory,
         NAME,
         PORT,
-        endpoint_shape={"ctx_size": 32768, "parallel": 1},
+        endpoint_shape={"ctx_size": CTX, "parallel": 1},
         endpoint_api_key=KEY_NEW,
         endpoint_probe=False,
         endpoint_drain_timeout=600,
