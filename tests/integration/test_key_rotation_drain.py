@@ -1,5 +1,5 @@
 """A key rotation does not cut the streams in flight, for real on the lab host: frank-rotate
-(frank-secondary's llama-server settings, one slot of 131,072 tokens, port 7801, a key) streams a
+(frank-secondary's llama-server settings, one slot of 32,768 tokens, port 7801, a key) streams a
 long answer with the old key while a deploy rotates the key. The drain reads /metrics with the
 key the running engine holds (the previous one, from the kept last-good secrets), waits for the
 stream, and only then restarts: the client gets every token and [DONE]; afterwards the old key
@@ -20,10 +20,11 @@ require_lab_host()
 
 NAME = "frank-rotate"
 PORT = 7801
-# Long enough to outlast the rotation deploy's way to its drain on an idle machine: the lab's tiny
-# model decodes about 1,800 tokens/s there (3,000 tokens ended in 1.7 s, before the deploy began).
-STREAM_TOKENS = 100_000
-CTX = 131_072
+# Long enough to outlast the rotation deploy's way to its drain (about 20 s) on an idle machine:
+# the lab's tiny model decodes 3,000 tokens in 1.7 s but slows with depth (32,747 took 259 s), so
+# 14,000 take about 50 s. Its trained window caps a slot at 32,768 tokens.
+STREAM_TOKENS = 14_000
+CTX = 32_768
 KEY_OLD = "sk-lab-rotate-old-0123456789abcdef"
 KEY_NEW = "sk-lab-rotate-new-fedcba9876543210"
 OUT = "/tmp/frank-rotate-stream.out"
