@@ -18,7 +18,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-from make_tiny_gguf import CHATML, byte_level_alphabet  # lab/, on sys.path beside this file
+from make_tiny_gguf import add_tokenizer, byte_level_alphabet  # lab/, on sys.path beside this file
 
 
 @dataclass(frozen=True)
@@ -163,15 +163,7 @@ def write_model(geometry: RandomGeometry, path: Path) -> None:
         if g.arch == "gemma2":
             writer.add_float32(f"{g.arch}.attn_logit_softcapping", 50.0)
             writer.add_float32(f"{g.arch}.final_logit_softcapping", 30.0)
-    tokens, types, merges = tokenizer(g.n_vocab)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(len(tokens) - 1)
-    writer.add_eos_token_id(len(tokens) - 2)
-    writer.add_chat_template(CHATML)
+    add_tokenizer(writer, *tokenizer(g.n_vocab))
 
     def matrix(name: str, rows: int, cols: int) -> None:
         """A ggml {cols, rows} matrix (numpy shape rows x cols) in the geometry's weight type."""

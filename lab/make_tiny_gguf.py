@@ -80,6 +80,18 @@ CHATML = (
 )
 
 
+def add_tokenizer(writer: gguf.GGUFWriter, tokens: list[str], token_types: list[int], merges: list[str]) -> None:
+    """The byte-level BPE vocabulary, its special ids (the last two tokens) and the ChatML template."""
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(len(tokens) - 1)
+    writer.add_eos_token_id(len(tokens) - 2)
+    writer.add_chat_template(CHATML)
+
+
 def write_model(geometry: Geometry, path: Path) -> None:
     rng = np.random.default_rng(20261129)
     head_dim = geometry.n_embd // geometry.n_head
@@ -96,14 +108,7 @@ def write_model(geometry: Geometry, path: Path) -> None:
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(token_types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(len(tokens) - 1)
-    writer.add_eos_token_id(len(tokens) - 2)
-    writer.add_chat_template(CHATML)
+    add_tokenizer(writer, tokens, token_types, merges)
 
     def weight(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * 0.02).astype(np.float32)
