@@ -2,40 +2,22 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from hub_payload import GATED, REPO, TOKEN
+from local_playbook import run_local_playbook
 
 # Every test here runs ansible-playbook (seconds each): the slow tier.
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
 
 def play(tmp_path, tasks, check=False, extra_env=None):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-        "PATH": f"{BIN}:{os.environ['PATH']}",
-        **(extra_env or {}),
-    }
-    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)]
-    if check:
-        argv += ["--check", "--diff"]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
-    output = json.loads(proc.stdout[proc.stdout.index("{") :])
-    results = [task["hosts"]["localhost"] for task in output["plays"][0]["tasks"]]
-    return proc, results
+    proc, ran = run_local_playbook(tmp_path, {"tasks": tasks}, ["--check", "--diff"] if check else [], extra_env)
+    return proc, [task["hosts"]["localhost"] for task in ran]
 
 
 def test_vram_budget_module_refuses_naming_device_term_and_overage(tmp_path):

@@ -3,20 +3,12 @@ webhook_relay_signal_cli_config_dir rendered `ExecStartPre=+/bin/sh -c ...` into
 and homepage_bind went into the Caddyfile the same way. Refused at the role's first task, naming
 the variable and the template, before anything on the host changes."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-import yaml
 from ansible.errors import AnsibleFilterError
+from local_playbook import run_local_playbook
 
 from ansible_collections.frank.llm_fleet.plugins.filter.template_values import template_values
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 INJECTED = "/var/lib/signal-cli\nExecStartPre=+/bin/sh -c 'id > /tmp/owned'"
 
 
@@ -34,21 +26,8 @@ def test_ordinary_values_pass():
 
 
 def run_role(tmp_path, role, variables):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "roles": [{"role": f"frank.llm_fleet.{role}", **variables}]}]))
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-        "PATH": f"{BIN}:{os.environ['PATH']}",
-    }
-    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}", str(playbook), "--check"]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
-    output = json.loads(proc.stdout[proc.stdout.index("{") :])
-    tasks = output["plays"][0]["tasks"]
-    return proc, [(task["task"]["name"], task["hosts"]["localhost"]) for task in tasks]
+    proc, ran = run_local_playbook(tmp_path, {"roles": [{"role": f"frank.llm_fleet.{role}", **variables}]}, ["--check"])
+    return proc, [(task["task"]["name"], task["hosts"]["localhost"]) for task in ran]
 
 
 @pytest.mark.slow
