@@ -17,9 +17,9 @@ from corpus_replay import CASES, MODELS, compare, engine_refusal, matches, mib
 
 # Where the calibrated compute law stood when it was fitted (docs/vram_budget.md): the share of
 # priced boots within 5% and 10%, the worst a boot may be off, and the total within 3%.
-COMPUTE_WITHIN_5 = 0.55
-COMPUTE_WITHIN_10 = 0.78
-COMPUTE_WORST = 0.90
+COMPUTE_WITHIN_5 = 0.80
+COMPUTE_WITHIN_10 = 0.90
+COMPUTE_WORST = 0.50
 TOTAL_WITHIN_3 = 0.90
 ENGINE = "build 11669 (Debian) with GNU 16.2.0 for Linux x86_64"
 

@@ -9,18 +9,29 @@ the compute buffer, by the engine's own rules (llama.cpp b11669, as the lab runs
 - output buffer (`llama_context::output_reserve(n_seq_max)`): n_vocab x n_outputs_max x 4 B of
   logits, in the output device's host buffer (host RAM).
 - compute buffer (`llama_context::sched_reserve`, ggml-alloc): the peak of the graphs the engine
-  reserves, a prompt batch of n_ubatch tokens and a generation batch of n_seq_max tokens. ggml-alloc
+  reserves (`reserved_graphs`): a prompt batch of min(n_ctx, n_ubatch) tokens over n_seq_max
+  sequences, rounded up to a multiple of n_seq_max by `graph_reserve`, with min(n_ubatch,
+  n_outputs_max) outputs, and a generation batch of n_seq_max tokens and outputs. ggml-alloc
   places tensors by liveness, so there is no closed form; the law takes the largest of the
   graph's phases, each the sum of the tensors alive together, with multipliers calibrated on the
   differential corpus (tests/differential/corpus/llamacpp, boots of the real engine):
     inputs  = KQ mask per cache (n_kv x n_tokens, f16 with flash attention, f32 without)
-    attn    = inputs + 4 E + 2 Q + a K row per token + [no FA] KQ (n_kv x n_tokens x n_head x 4)
+              + per cache the Hadamard rotation matrices (`llama_kv_cache::build_input_k_rot`,
+              `build_input_v_rot`, f32 inputs): with a quantised K cache and one head dim per cache,
+              a multiple of 64, nrot x nrot with nrot the largest power of two from 64 dividing the
+              head dim; with a quantised V cache likewise, 64 x 64 (the ggml-org/llama.cpp source
+              as stored, llama-kv-cache.cpp and llama-graph.cpp build_attn; b11669 prints the
+              extra input tensors in `sched_reserve: graph: ... input tensors`)
+    attn    = inputs + 4.5 E + 2 Q + a K row per token + [no FA] KQ (n_kv x n_tokens x n_head x 4)
               + [FA, f32 K or V] the cache cast to f16 (n_kv x n_stream x n_embd_k_gqa x 2 each)
-    ffn     = inputs + 4 E + 3 x n_tokens x n_ff x 4 (the last layer runs its FFN on the outputs only)
-    logits  = inputs + 3 E + n_outputs x n_vocab x 4
+    ffn     = inputs + 4.5 E + 3 x n_tokens x n_ff x 4 (the last layer runs its FFN on the outputs only)
+    logits  = 5 E + n_outputs x n_vocab x 4 [+ inputs when the logits are the larger]: ggml-alloc
+              allocates the inputs first, at the bottom of the buffer; freed after the last
+              attention, their block takes the logits only if they fit in it (best fit)
   with E = n_tokens x n_embd x 4 and Q = n_tokens x n_head x head_dim x 4. Mamba (a recurrent
-  model): 3.35 x n_tokens x 2 d_inner x 4 + 1.77 x n_seq x d_inner x d_state x 4
-  + 0.043 x n_tokens x d_inner x d_state x 4, fitted on the corpus's Mamba boots.
+  model): the larger of 3.5 x n_tokens x 2 d_inner x 4 + 2.0 x n_seq x d_inner x d_state x 4
+  + 0.02 x n_tokens x d_inner x d_state x 4 and the logits phase 3 E + n_outputs x n_vocab x 4,
+  over both reserved graphs, fitted on the corpus's Mamba boots.
   The multipliers are measured on tiny models on the CPU backend (one buffer holds the whole
   graph); on a GPU each device holding layers gets the same size (the buffer does not scale with
   the number of layers, ggml-org/llama.cpp#27953), which the ledger extrapolates.
@@ -34,13 +45,14 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law impo
 
 DEFAULT_BATCH = 2048  # common/common.h n_batch
 # The multipliers of the compute law's phases (see the module docstring), fitted on the corpus.
-K_EMBD_ATTN = 4
+K_EMBD_ATTN = 4.5
 K_Q = 2
 K_KV_ROWS = 1
 K_FFN = 3
-K_EMBD_LOGITS = 3
+K_EMBD_LOGITS = 5
 MASK_PAD = 64
-MAMBA_XZ, MAMBA_STATE, MAMBA_SCAN = 3.35, 1.77, 0.043
+MAMBA_XZ, MAMBA_STATE, MAMBA_SCAN = 3.5, 2.0, 0.02
+MAMBA_LOGITS_EMBD = 3
 
 
 @dataclass(frozen=True)
@@ -77,17 +89,56 @@ def compute_buffer_bytes(
     type_v: str,
 ) -> int:
     """The compute buffer the engine reserves for one context (all its layers in one buffer)."""
+    graphs = reserved_graphs(kv.n_ctx, batch, n_seq_max)
     if geometry.ssm_d_inner and not _attention_layers(geometry):
-        return round(_mamba_bytes(geometry, batch.n_ubatch, n_seq_max))
-    return round(max(_graph_bytes(geometry, kv, batch, tokens, flash_attn, type_k, type_v) for tokens in (batch.n_ubatch, n_seq_max)))
+        return round(max(_mamba_bytes(geometry, tokens, outputs, n_seq_max) for tokens, outputs in graphs))
+    return round(max(_graph_bytes(geometry, kv, tokens, outputs, flash_attn, type_k, type_v) for tokens, outputs in graphs))
 
 
-def _mamba_bytes(geometry: ModelGeometry, n_tokens: int, n_seq: int) -> float:
+def reserved_graphs(n_ctx: int, batch: LlamaCppBatch, n_seq_max: int) -> list[tuple[int, int]]:
+    """(n_tokens, n_outputs) of the graphs `llama_context::sched_reserve` reserves: the prompt graph,
+    min(n_ctx, n_ubatch) tokens over n_seq_max sequences with min(that, n_outputs_max) outputs, and
+    the generation graph, n_seq_max tokens and outputs. `graph_reserve` rounds a token count up to a
+    multiple of the sequences (one ubatch of n_tokens / n_seqs tokens per sequence) and keeps the
+    outputs it was given."""
+    n_tokens = min(n_ctx, batch.n_ubatch)
+    pp = -(-n_tokens // n_seq_max) * n_seq_max
+    return [(pp, min(n_tokens, batch.n_outputs_max)), (n_seq_max, n_seq_max)]
+
+
+QUANTIZED = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl")
+ROT_MIN = 64
+
+
+def _k_rotation(head_dim: int) -> int:
+    """`llama_kv_cache::build_input_k_rot`: the largest power of two (from 64) that divides the head dim."""
+    nrot = ROT_MIN
+    while head_dim % (nrot * 2) == 0:
+        nrot *= 2
+    return nrot
+
+
+def _rotation_bytes(layers: list[tuple[str, int, int, int]], kind: str, type_k: str, type_v: str) -> int:
+    """The Hadamard rotation inputs of one cache (`attn_inp_k_rot`, `attn_inp_v_rot`, f32): built when
+    the cache type is quantised and every layer of the cache has one head dim, a multiple of 64."""
+    dims_k = {dim_k for k, _h, dim_k, _dv in layers if k == kind}
+    dims_v = {dim_v for k, _h, _dk, dim_v in layers if k == kind}
+    out = 0
+    if type_k.lower() in QUANTIZED and len(dims_k) == 1 and next(iter(dims_k)) % ROT_MIN == 0:
+        out += _k_rotation(next(iter(dims_k))) ** 2 * 4
+    if type_v.lower() in QUANTIZED and len(dims_v) == 1 and next(iter(dims_v)) % ROT_MIN == 0:
+        out += ROT_MIN * ROT_MIN * 4
+    return out
+
+
+def _mamba_bytes(geometry: ModelGeometry, n_tokens: int, n_outputs: int, n_seq: int) -> float:
     d_inner, d_state = geometry.ssm_d_inner, geometry.ssm_d_state
-    return MAMBA_XZ * n_tokens * 2 * d_inner * 4 + MAMBA_STATE * n_seq * d_inner * d_state * 4 + MAMBA_SCAN * n_tokens * d_inner * d_state * 4
+    scan = MAMBA_XZ * n_tokens * 2 * d_inner * 4 + MAMBA_STATE * n_seq * d_inner * d_state * 4 + MAMBA_SCAN * n_tokens * d_inner * d_state * 4
+    logits = MAMBA_LOGITS_EMBD * n_tokens * geometry.n_embd * 4 + n_outputs * geometry.n_vocab * 4
+    return max(scan, logits)
 
 
-def _graph_bytes(geometry: ModelGeometry, kv: LlamaCppKv, batch: LlamaCppBatch, n_tokens: int, flash_attn: bool, type_k: str, type_v: str) -> float:
+def _graph_bytes(geometry: ModelGeometry, kv: LlamaCppKv, n_tokens: int, n_outputs: int, flash_attn: bool, type_k: str, type_v: str) -> float:
     layers = _attention_layers(geometry)
     if not layers:
         return 0.0
@@ -101,6 +152,8 @@ def _graph_bytes(geometry: ModelGeometry, kv: LlamaCppKv, batch: LlamaCppBatch, 
     embd = n_tokens * geometry.n_embd * 4
     # One KQ mask per cache (iSWA builds the full and the sliding one even at equal sizes).
     mask = sum(n_kv[kind] * n_tokens * (2 if flash_attn else 4) for kind in kinds)
+    rotations = sum(_rotation_bytes(layers, kind, type_k, type_v) for kind in kinds)
+    mask += rotations
     attn = mask + K_EMBD_ATTN * embd + K_Q * n_tokens * n_head * head_dim * 4 + K_KV_ROWS * n_tokens * kv_rows * 4
     if flash_attn:
         # The CPU flash-attention kernel reads f16: an f32 cache is cast first, every stream at once.
@@ -108,9 +161,11 @@ def _graph_bytes(geometry: ModelGeometry, kv: LlamaCppKv, batch: LlamaCppBatch, 
         attn += sum(widest * kv.n_streams * widest_row * 2 for cache_type in (type_k, type_v) if cache_type.lower() == "f32")
     else:
         attn += widest * n_tokens * n_head * 4
-    n_outputs = min(n_tokens, batch.n_outputs_max)
     # The last layer keeps only the output rows before its FFN: one layer runs its FFN on them alone.
     ffn_tokens = n_tokens if len(geometry.layers) > 1 else n_outputs
     ffn = mask + K_EMBD_ATTN * embd + K_FFN * ffn_tokens * geometry.n_ff * 4
-    logits = K_EMBD_LOGITS * embd + n_outputs * geometry.n_vocab * 4  # the masks are freed after the last attention
+    # The inputs sit at the bottom of the buffer: freed after the last attention, their block takes
+    # the logits only when they fit in it; a larger logits tensor is placed above them.
+    logits_rows = n_outputs * geometry.n_vocab * 4
+    logits = K_EMBD_LOGITS * embd + logits_rows + (mask if logits_rows > mask else 0)
     return max(attn, ffn, logits)
