@@ -132,10 +132,8 @@ def test_the_dead_mans_switch_restores_the_saved_unit_then_restarts_it():
     ]
     argv = switch.arm_argv()
     assert argv[:3] == ["systemd-run", "--unit=frank-secondary-qualify-deadman", "--on-active=90s"]
-    assert (
-        "--property=ExecStartPre=/bin/cp --preserve=mode /etc/systemd/system/frank-secondary.service.qualify-last-good /etc/systemd/system/frank-secondary.service"
-        in argv
-    )
+    unit = "/etc/systemd/system/frank-secondary.service"
+    assert f"--property=ExecStartPre=/bin/cp --preserve=mode {unit}.qualify-last-good {unit}" in argv
     assert argv[-3:] == ["/bin/systemctl", "restart", "frank-secondary.service"]
     assert switch.disarm_argv() == ["systemctl", "stop", "frank-secondary-qualify-deadman.timer", "frank-secondary-qualify-deadman.service"]
     with pytest.raises(ValueError, match="ending in .service"):
