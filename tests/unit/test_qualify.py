@@ -117,7 +117,7 @@ def test_the_table_has_a_line_per_rung_with_its_figures():
 def test_the_snippet_is_the_shape_with_the_qualified_value_and_reads_as_yaml():
     shape = {"runtime": "llamacpp", "ctx_size": 8192, "parallel": 2, "free_floor": "256 MiB", "extra_args": ["--log-verbosity", "4"]}
     text = verdicts.snippet("frank-secondary", shape, "ctx_size", 32768, 3, "the model's trained window (n_ctx_train 32768)")
-    assert text.startswith("# frank-secondary: ctx_size 32768 qualified in 3 rungs")
+    assert text.startswith("# frank-secondary: ctx_size 32768 qualified in 3 rungs (the qualification ladder)")
     assert yaml.safe_load(text) == {"endpoint_shape": {**shape, "ctx_size": 32768}}
     assert yaml.safe_load(verdicts.snippet("frank-secondary", shape, "ctx_size", None, 3, "")) is None
 

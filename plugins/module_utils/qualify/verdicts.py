@@ -98,7 +98,7 @@ def snippet(endpoint: str, shape: dict[str, Any], key: str, value: int | None, r
     evidence in a comment (values as JSON, which YAML reads); without a passing value, a comment saying so and no shape."""
     if value is None:
         return f"# {endpoint}: no rung of {key} passed in {rungs} rungs; keep the current shape\n"
-    lines = [f"# {endpoint}: {key} {value} qualified in {rungs} rungs (playbooks/qualify.yml); ceiling bounded by {bound}", "endpoint_shape:"]
+    lines = [f"# {endpoint}: {key} {value} qualified in {rungs} rungs (the qualification ladder); ceiling bounded by {bound}", "endpoint_shape:"]
     for name, current in {**shape, key: value}.items():
         lines.append(f"  {name}: {json.dumps(current)}")
     return "\n".join(lines) + "\n"
