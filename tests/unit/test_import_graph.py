@@ -32,6 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runtimes",),
     ("measure",),
     ("host",),
+    # qualify: the ladder above everything a rung uses (pricing, boot, probe, the host steps).
+    ("qualify",),
 )
 
 
