@@ -88,7 +88,7 @@ def _restart_on_new_address(old: str) -> str:
     _podman("network", "disconnect", network, HOST)
     _podman("network", "connect", "--ip", new, network, HOST)
     _podman("start", HOST)
-    for _ in range(60):
+    for _second in range(60):
         if on_host("systemctl", "is-system-running", check=False, host=HOST) in ("running", "degraded"):
             break
         time.sleep(1)

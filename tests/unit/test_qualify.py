@@ -42,7 +42,7 @@ def test_bisection_narrows_to_the_resolution():
     # mid of 34816..41984 is 38400, aligned down to 1024: 37888; then 37888..41984 -> 39936; the
     # last gap (2048) is the resolution.
     history = climb(search, largest_passing=40000)
-    assert [value for value, _ in history] == [65536, 34816, 50176, 41984, 37888, 39936]
+    assert [value for value, _verdict in history] == [65536, 34816, 50176, 41984, 37888, 39936]
     assert ladder.answer(history) == 39936
 
 
@@ -60,7 +60,7 @@ def test_gate_refusals_are_failures_that_cost_no_boot():
 def test_nothing_passes_down_to_the_floor():
     search = ladder.Search(key="ctx_size", ceiling=40960, floor=8192, step=16384)
     history = climb(search, largest_passing=0)
-    assert [value for value, _ in history] == [40960, 24576, 8192]
+    assert [value for value, _verdict in history] == [40960, 24576, 8192]
     assert ladder.answer(history) is None
 
 
