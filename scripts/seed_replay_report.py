@@ -39,15 +39,15 @@ def main() -> int:
     cases = {item.case for item in items}
     print(f"full-card figures: {len(items)} in {len(cases)} cases; rule: within {TOLERANCE:.0%} of the measured figure itself")
     print()
-    print(f"| {'term':<17} | figures | compared | within 1% | expected miss | skipped |")
-    print(f"|{'-' * 19}|--------:|---------:|----------:|--------------:|--------:|")
+    print(f"| {'term':<23} | figures | compared | within 1% | expected miss | skipped |")
+    print(f"|{'-' * 25}|--------:|---------:|----------:|--------------:|--------:|")
     terms = sorted({item.term for item in items}, key=lambda term: (-sum(i.term == term for i in items), term))
     for term in [*terms, None]:
         group = [item for item in items if term is None or item.term == term]
         compared = [item for item in group if item.compared]
         name = term or "**all**"
         print(
-            f"| {name:<17} | {len(group):>7} | {len(compared):>8} | {sum(item.within for item in compared):>9} | "
+            f"| {name:<23} | {len(group):>7} | {len(compared):>8} | {sum(item.within for item in compared):>9} | "
             f"{sum(bool(item.expected_miss) for item in compared):>13} | {len(group) - len(compared):>7} |"
         )
     print()

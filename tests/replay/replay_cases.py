@@ -36,6 +36,13 @@ OTHER_MOMENT = {
     "free_after_vision": "read after a vision probe (the encoder's buffers stay resident once an image ran); the ledger prices the boot",
     "idle_used": "read idle after serving, from another boot of the era than the case's shape (the seed does not say which)",
     "slot_boot_used": "a boot of another shape (one slot of the slot grid), not the case's; it is the slot-calibration point the case's shape carries",
+    "free_at_kv_alloc": (
+        "torch's free reading at the KV allocation, mid-boot (weights and the activation profile resident, pool, graphs and arena "
+        "not yet): the seeds give no term for what is held at that instant"
+    ),
+    "free_at_graph_capture": "torch's free reading when CUDA graph capture failed ('0 bytes free'), a transient inside the boot, not its resident terms",
+    "free_at_runtime": "torch's free reading when a live request's activation failed ('0 bytes free'), after the boot; the ledger prices the boot",
+    "free_at_slab_pair_29120": "the engine's budget probe at a 29,120 MiB slab pair, not the deployed shape; its claimable figure is compared instead",
 }
 FULL_CARD = BOOT_FIGURES + tuple(OTHER_MOMENT)
 # Engines the seeds ran that have no driver here, and why no memory term of theirs can be priced.
@@ -75,7 +82,9 @@ def case_shape(case: dict) -> dict:
             and boot.get("speculative", "none") == (case.get("shape") or {}).get("speculative", "none")
         ]
         if arena_boots and shape.get("expert_offload"):
-            shape["expert_arena_calibration"] = {k: arena_boots[0][k] for k in ("max_model_len", "runtime_overhead", "arena", "gpu_memory_utilization")}
+            # The boot nearest the case's context: the reserve law (9,190 B/token) moves it least.
+            nearest = min(arena_boots, key=lambda boot: abs(boot["max_model_len"] - (shape.get("max_model_len") or 0)))
+            shape["expert_arena_calibration"] = {k: nearest[k] for k in ("max_model_len", "runtime_overhead", "arena", "gpu_memory_utilization")}
     return shape
 
 

@@ -40,8 +40,8 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, 
 EXPECTED_CASES = 111
 EXPECTED_FIGURES = 427
 # Per-card used and free readings the seeds give (replay_cases.FULL_CARD), and the cases holding them.
-EXPECTED_FULL_CARD_FIGURES = 90
-EXPECTED_FULL_CARD_CASES = 45
+EXPECTED_FULL_CARD_FIGURES = 96
+EXPECTED_FULL_CARD_CASES = 51
 
 # The budget verdicts that carry each failure rule of the seeds.
 BUDGET_RULES = {
