@@ -354,7 +354,7 @@ def prompt_state_per_token(geometry: ModelGeometry, kv: LlamaCppKv, draft_type_k
     if not layers:
         return kv.bytes_per_token_full
     row = 0
-    for _, layer in layers:
+    for _index, layer in layers:
         k_row = cache_type_bytes(draft_type_k, layer.head_dim_k, "drafter_type_k")
         row += layer.n_head_kv * (k_row + cache_type_bytes(draft_type_v, layer.head_dim_v, "drafter_type_v"))
     return kv.bytes_per_token_full + row
