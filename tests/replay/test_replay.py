@@ -267,7 +267,7 @@ def test_full_card_figure(item):
 DRAFTER_KV_MISSES = {
     "primary-llamacpp-swift27b-q8kxl-1x262144-dflash7": (
         "the seed's ~40 MiB is the 2,048-position window alone; the engine's sliding cache holds window + n_ubatch cells, "
-        "padded to 256 (src/llama-kv-cache-iswa.cpp: size_swa = GGML_PAD(n_swa + n_ubatch, n_pad)): 2,560 x 20 KiB = 50 MiB"
+        "padded to 256 (src/llama-kv-cache-iswa.cpp, the constructor's size_swa; budget/kv_law.py): 2,560 x 20 KiB = 50 MiB"
     ),
 }
 
