@@ -16,7 +16,12 @@ MINIMAL = {"llamacpp": {"runtime": "llamacpp", "ctx_size": 4096}, "vllm": {"runt
 SAMPLE = {"int": 2, "size": "1 GiB", "float": 0.5, "bool": True, "str": "x", "args": ["--a"], "split": [1, 1], "overrides": {"exps": "CPU"}}
 # Keys whose value has a grammar of its own, and keys that only make sense beside another.
 KEY_SAMPLE = {"spec_type": "draft-mtp"}
-COMPANIONS = {"draft_max": {"spec_type": "draft-mtp"}, "expert_precise_memory": {"expert_offload": True}}
+COMPANIONS = {
+    "draft_max": {"spec_type": "draft-mtp"},
+    "drafter_type_k": {"spec_type": "draft-mtp"},
+    "drafter_type_v": {"spec_type": "draft-mtp"},
+    "expert_precise_memory": {"expert_offload": True},
+}
 
 
 def spec_keys() -> dict:

@@ -345,16 +345,46 @@ class LlamaCppKv:
         }
 
 
-def prompt_state_per_token(geometry: ModelGeometry, kv: LlamaCppKv, type_k: str, type_v: str) -> int:
+def prompt_state_per_token(geometry: ModelGeometry, kv: LlamaCppKv, draft_type_k: str = "f16", draft_type_v: str = "f16") -> int:
     """Bytes one token adds to a saved prompt state (--cache-ram): the full-attention layers' K and
-    V, plus each in-file MTP layer's draft context at a full layer's geometry (seeds/001: "68
+    V, plus each in-file MTP layer's draft context at the draft cache types (seeds/001: "68
     KiB/token (16 full-attention layers x 4 kv heads x 256 dim x 2 B x 2 for K/V, plus the MTP draft
     context's 4096 B)")."""
-    full = next((layer for layer in geometry.layers if layer.kind == "full"), None)
-    if full is None or not geometry.nextn_layers:
+    layers = mtp_cache_layers(geometry)
+    if not layers:
         return kv.bytes_per_token_full
-    row = cache_type_bytes(type_k, full.head_dim_k, "type_k") + cache_type_bytes(type_v, full.head_dim_v, "type_v")
-    return kv.bytes_per_token_full + geometry.nextn_layers * full.n_head_kv * row
+    row = 0
+    for _index, layer in layers:
+        k_row = cache_type_bytes(draft_type_k, layer.head_dim_k, "drafter_type_k")
+        row += layer.n_head_kv * (k_row + cache_type_bytes(draft_type_v, layer.head_dim_v, "drafter_type_v"))
+    return kv.bytes_per_token_full + row
+
+
+def mtp_cache_layers(geometry: ModelGeometry) -> list[tuple[int | None, LayerKV]]:
+    """The layers the in-file MTP draft context caches, each with its layer index: the header's
+    nextn blocks, or (a typed geometry that gives only `nextn_layers`) that many layers at the first
+    full-attention layer's geometry, index unknown (None)."""
+    marked = [(il, layer) for il, layer in enumerate(geometry.layers) if layer.kind == "nextn"]
+    if marked or not geometry.nextn_layers:
+        return marked
+    full = next((layer for layer in geometry.layers if layer.kind == "full"), None)
+    return [] if full is None else [(None, full)] * geometry.nextn_layers
+
+
+def llamacpp_mtp_kv(geometry: ModelGeometry, ctx_size: int, parallel: int, type_k: str, type_v: str, unified: bool = False) -> list[tuple[int | None, int]]:
+    """The in-file MTP draft context's cache, per MTP layer (index, bytes): the target's cells and
+    streams (the context is built from the target's own parameters) at the DRAFT cache types, never
+    the target's (tools/server/server-context.cpp, `load_model`: `cparams_mtp.type_k =
+    params_base.speculative.draft.cache_type_k`, likewise V; common/common.h: both default
+    GGML_TYPE_F16). seeds/001: "the shared MTP drafter's KV ignores the V type (measured: 2,048 MiB
+    draft pool = the f16 law at 1,048,576 cells)"."""
+    n_streams, cells = llamacpp_streams(ctx_size, parallel, unified)
+    out = []
+    for il, layer in mtp_cache_layers(geometry):
+        k_row = cache_type_bytes(type_k, layer.head_dim_k, "drafter_type_k") * layer.n_head_kv
+        v_row = cache_type_bytes(type_v, layer.head_dim_v, "drafter_type_v") * layer.n_head_kv
+        out.append((il, (k_row + v_row) * cells * n_streams))
+    return out
 
 
 def llamacpp_streams(ctx_size: int, parallel: int = 1, unified: bool = False) -> tuple[int, int]:

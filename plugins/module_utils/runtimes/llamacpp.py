@@ -74,8 +74,16 @@ class LlamaCppShape(Shape):
     projector_bytes: int | None = key("size", "Budget - the projector's size, when its GGUF is not readable where the budget runs.", group="budget")
     drafter: str | None = key("str", "llama.cpp --model-draft: the drafter GGUF, relative to the payload directory (its own header sizes its KV).")
     drafter_geometry: Mapping[str, Any] | None = key("mapping", "Budget - the drafter's geometry, when its header is not readable.", group="budget")
-    drafter_type_k: str | None = key("str", "Budget - the drafter's K cache type (default: type_k).", group="budget")
-    drafter_type_v: str | None = key("str", "Budget - the drafter's V cache type (default: type_v).", group="budget")
+    drafter_type_k: str | None = key(
+        "str",
+        "llama.cpp --cache-type-k-draft: KV cache data type for K for the draft model (the --model-draft drafter or the in-file MTP "
+        "context): f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1; the engine's default is f16 whatever type_k is.",
+    )
+    drafter_type_v: str | None = key(
+        "str",
+        "llama.cpp --cache-type-v-draft: KV cache data type for V for the draft model (the --model-draft drafter or the in-file MTP "
+        "context): f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1; the engine's default is f16 whatever type_v is.",
+    )
     spec_type: str | None = key(
         "str",
         "llama.cpp --spec-type, e.g. draft-mtp,ngram-mod: at most ONE draft-* type; ngram-* are draftless.",
@@ -142,6 +150,14 @@ class LlamaCppShape(Shape):
         _check_speculation(values)
 
 
+# The engine's spellings of the draft cache types (common/arg.cpp; `llama-server --help`:
+# "--spec-draft-type-k, -ctkd, --cache-type-k-draft TYPE").
+DRAFT_CACHE_FLAGS = {
+    "drafter_type_k": ("--cache-type-k-draft", "-ctkd", "--spec-draft-type-k"),
+    "drafter_type_v": ("--cache-type-v-draft", "-ctvd", "--spec-draft-type-v"),
+}
+
+
 def _check_speculation(values: dict[str, Any]) -> None:
     """llama.cpp speculation: one draft context per process, and a depth the drafter can hold."""
     chain = spec_chain(values.get("spec_type"))
@@ -160,6 +176,13 @@ def _check_speculation(values: dict[str, Any]) -> None:
     depth = values.get("draft_max")
     if depth is not None and not drafters and not values.get("drafter"):
         raise ShapeError("draft_max: sets the draft depth of a model-backed drafter; add spec_type (e.g. draft-mtp) or remove draft_max")
+    for field, spellings in DRAFT_CACHE_FLAGS.items():
+        for arg in values.get("extra_args") or ():
+            flag = str(arg).split("=", 1)[0].replace("_", "-")
+            if flag in spellings:
+                raise ShapeError(f"extra_args: {arg} sets the draft context's cache type, which the budget prices from {field} only; set {field} instead")
+        if values.get(field) is not None and not drafters and not values.get("drafter"):
+            raise ShapeError(f"{field}: sets the draft context's cache type; add spec_type (e.g. draft-mtp) or drafter, or remove {field}")
     block = values.get("drafter_block_size")
     if block is not None and depth is not None and depth > block - 1:
         raise ShapeError(f"draft_max: {depth} exceeds drafter_block_size {block} - 1; llama.cpp asserts n_max <= block_size - 1: use at most {block - 1}")
@@ -202,6 +225,12 @@ def llamacpp_argv(shape: LlamaCppShape, model_root: str = "", binary: str = "/us
         argv += ["--spec-draft-n-max", str(shape.draft_max)]
     if shape.draft_device:
         argv += ["--device-draft", shape.draft_device]
+    # The draft context's cache types are flags of their own: the budget prices what is rendered
+    # here, and the engine's f16 default where nothing is.
+    if shape.drafter_type_k:
+        argv += ["--cache-type-k-draft", shape.drafter_type_k]
+    if shape.drafter_type_v:
+        argv += ["--cache-type-v-draft", shape.drafter_type_v]
 
     if shape.cache_ram is not None:
         argv += ["--cache-ram", str(shape.cache_ram >> 20)]  # MiB
@@ -285,7 +314,14 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
     output_bytes = graph_law.output_buffer_bytes(geometry, batch.n_outputs_max)
     if shape.drafter and drafter is None:
         raise ShapeError("drafter: its header sizes its KV; price where the payload is, or give drafter_geometry")
+    draft_type_k, draft_type_v = shape.drafter_type_k or DRAFT_CACHE_TYPE, shape.drafter_type_v or DRAFT_CACHE_TYPE
     draft_kv_bytes = 0
+    if drafter is None and "draft-mtp" in spec_chain(shape.spec_type):
+        draft_kv_bytes, mtp_host_kv = _mtp_draft_terms(shape, geometry, devices, layer_device, draft_type_k, draft_type_v, notes)
+        host_kv += mtp_host_kv
+        if draft_kv_bytes:
+            # The MTP context's logits: n_outputs_max = n_parallel (`cparams_mtp.n_outputs_max`).
+            output_bytes += graph_law.output_buffer_bytes(geometry, min(batch.n_batch, shape.parallel))
     if drafter is not None:
         # The draft context's cache types are its own flags, --cache-type-k-draft / -v-draft,
         # default f16 whatever the target's (common/speculative.cpp
@@ -295,8 +331,8 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
             drafter,
             shape.ctx_size,
             shape.parallel,
-            shape.drafter_type_k or DRAFT_CACHE_TYPE,
-            shape.drafter_type_v or DRAFT_CACHE_TYPE,
+            draft_type_k,
+            draft_type_v,
             unified=shape.kv_unified,
             ubatch=batch.n_ubatch,
             swa_full=shape.swa_full,
@@ -346,7 +382,7 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
             )
         )
 
-    state_per_token = kv_law.prompt_state_per_token(geometry, kv, shape.type_k, shape.cache_type_v)
+    state_per_token = kv_law.prompt_state_per_token(geometry, kv, draft_type_k, draft_type_v)
     per_slot_state = kv.total_bytes // kv.n_streams + (state_per_token - kv.bytes_per_token_full) * kv.cells_per_stream
     verdicts.extend(_cache_ram_verdicts(shape, per_slot_state, geometry.has_recurrent))
     verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), notes))
@@ -367,6 +403,38 @@ def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: 
 
 
 DRAFT_CACHE_TYPE = "f16"  # common/common.h: cache_type_k_draft / cache_type_v_draft default GGML_TYPE_F16
+
+
+def _mtp_draft_terms(
+    shape: LlamaCppShape,
+    geometry: kv_law.ModelGeometry,
+    devices: list[DeviceLedger],
+    layer_device: list[int],
+    type_k: str,
+    type_v: str,
+    notes: list[str],
+) -> tuple[int, int]:
+    """The in-file MTP draft context's cache (`--spec-type draft-mtp`, no --model-draft): each MTP
+    layer's cells at the draft cache types, where the layer is (a device, or host RAM when the layer
+    stays there; the last device where a typed geometry does not say which layer it is). Returns
+    (bytes billed in all, bytes of them in host RAM)."""
+    try:
+        per_layer = kv_law.llamacpp_mtp_kv(geometry, shape.ctx_size, shape.parallel, type_k, type_v, unified=shape.kv_unified)
+    except kv_law.KvLawError as exc:
+        raise ShapeError(str(exc)) from None
+    total = host = 0
+    for il, size in per_layer:
+        device = layer_device[il] if il is not None else len(devices) - 1
+        total += size
+        if device == HOST:
+            host += size
+            continue
+        devices[device].add("drafter_kv", size, f"in-file MTP layer{'' if il is None else f' {il}'}, {type_k}/{type_v}")
+    if per_layer:
+        notes.append(f"drafter KV: the in-file MTP context at the draft cache types {type_k}/{type_v} (not the target's): {total / MIB:,.1f} MiB")
+    else:
+        notes.append("drafter KV: spec_type draft-mtp, but the geometry declares no MTP (nextn) layer: nothing billed")
+    return total, host
 
 
 def _n_draft(shape: LlamaCppShape) -> int:
