@@ -174,33 +174,28 @@ class HubRanges:
                 self.close()
 
     def _body(self, path: str, response: http.client.HTTPResponse, start: int, end: int, record: FileRead) -> tuple[bytes, int]:
+        def untrusted(what: str) -> HubPricingError:
+            return HubPricingError(f"{self.where}: {path}: {what}; check the endpoint (HF_ENDPOINT)")
+
         content_range = (response.getheader("Content-Range") or "").strip()
         match = _CONTENT_RANGE_RE.match(content_range)
         if not match:
-            raise HubPricingError(
-                f"{self.where}: {path}: asked for bytes {start}-{end}, the answer's Content-Range is {content_range[:80]!r}; check the endpoint (HF_ENDPOINT)"
-            )
+            raise untrusted(f"asked for bytes {start}-{end}, the answer's Content-Range is {content_range[:80]!r}")
         first, last, size = (int(value) for value in match.groups())
         if size > MAX_FILE_BYTES:
-            raise HubPricingError(
-                f"{self.where}: {path}: Content-Range says the file is {size} bytes, above MAX_FILE_BYTES ({MAX_FILE_BYTES}); check the endpoint (HF_ENDPOINT)"
-            )
+            raise untrusted(f"Content-Range says the file is {size} bytes, above MAX_FILE_BYTES ({MAX_FILE_BYTES})")
         if first != start or last < first or last > min(end, size - 1) or (last != end and last != size - 1):
-            raise HubPricingError(f"{self.where}: {path}: asked for bytes {start}-{end}, got Content-Range {content_range!r}; check the endpoint (HF_ENDPOINT)")
+            raise untrusted(f"asked for bytes {start}-{end}, got Content-Range {content_range!r}")
         if record.size and record.size != size:
-            raise HubPricingError(
-                f"{self.where}: {path}: its size changed from {record.size} to {size} bytes between two ranges; the revision is pinned, so check the endpoint"
-            )
+            raise untrusted(f"its size changed from {record.size} to {size} bytes between two ranges of one pinned revision")
         record.size = size
         want = last - first + 1
         try:
             data = response.read(want)
         except (OSError, http.client.HTTPException) as exc:
-            raise HubPricingError(f"{self.where}: {path}: bytes {start}-{last}: {exc}") from None
+            raise untrusted(f"bytes {start}-{last}: {exc}") from None
         if len(data) != want:
-            raise HubPricingError(
-                f"{self.where}: {path}: bytes {start}-{last}: the answer ended after {len(data)} of {want} bytes; check the endpoint (HF_ENDPOINT)"
-            )
+            raise untrusted(f"bytes {start}-{last}: the answer ended after {len(data)} of {want} bytes")
         record.bytes_read += want
         return data, size
 
