@@ -21,6 +21,7 @@ import make_tiny_gguf
 import make_tiny_hf
 from gguf_files import write_gguf
 from hub_emulator import HubEmulator
+from local_playbook import run_local_playbook
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import parse_prefix, read_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
@@ -247,3 +248,30 @@ def test_a_pinned_commit_needs_no_revision_request(hub):
     result = price_from_hub(HubClient(hub.hub_url), REPO, "tiny-llama-h4kv2d32.gguf", revision=commit)
     assert result.commit == commit
     assert not [seen for seen in hub.requests if seen.path.startswith("/api/")]
+
+
+@pytest.mark.slow
+def test_the_role_prices_from_the_hub_before_the_download_through_ansible(hub, models, tmp_path):
+    """roles/endpoint/tasks/hub_geometry.yml and the module as ansible-playbook runs them: no
+    payload directory yet, a gated repo, the token from the controller's environment only."""
+    shape = {**LLAMA_SHAPE, "model_file": "model.gguf", "port": 8080}
+    tasks = [
+        {
+            "ansible.builtin.include_role": {"name": "frank.llm_fleet.endpoint", "tasks_from": "hub_geometry"},
+            "vars": {"endpoint_name": "frank-test", "endpoint_shape": shape, "endpoint_payload_manifest": {"repo_id": GATED, "revision": "main"}},
+        },
+        {"frank.llm_fleet.vram_budget": {"shape": "{{ __endpoint_hub_geometry.shape }}", "devices": DEVICES}, "register": "budget"},
+    ]
+    env = {"HF_ENDPOINT": hub.hub_url, "HF_TOKEN": TOKEN}
+    proc, ran = run_local_playbook(tmp_path, {"tasks": tasks}, ["--check"], env)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    results = [task["hosts"]["localhost"] for task in ran]
+    read, budget = results[-2], results[-1]
+    assert read["commit"] == hub.repos[GATED].commit and not read["changed"]
+    on_disk = price_shape({**shape, "model_file": "tiny-llama-h4kv2d32.gguf"}, DEVICES, str(models)).as_dict()
+    assert budget["ledger"] == on_disk["ledger"] and budget["kv"] == on_disk["kv"] and budget["fits"] == on_disk["fits"]
+    assert TOKEN not in proc.stdout + proc.stderr
+    proc, ran = run_local_playbook(tmp_path, {"tasks": tasks}, ["--check"], {"HF_ENDPOINT": hub.hub_url})
+    assert proc.returncode != 0
+    failed = ran[-1]["hosts"]["localhost"] if ran[-1]["hosts"]["localhost"].get("failed") else ran[-2]["hosts"]["localhost"]
+    assert "HTTP 401" in failed["msg"] and "HF_TOKEN" in failed["msg"]

@@ -451,3 +451,13 @@ def price_from_hub(
     finally:
         ranges.close()
     return HubPricing(repo_id, revision, commit, model_format, keys, list(ranges.reads.values()), time.monotonic() - started)
+
+
+def fill_shape(shape: dict[str, Any], shape_keys: dict[str, Any]) -> dict[str, Any]:
+    """The shape with the Hub's keys where it gives none: a geometry or size the inventory states
+    stays the one priced."""
+    filled = dict(shape)
+    for key, value in shape_keys.items():
+        if filled.get(key) is None:
+            filled[key] = value
+    return filled
