@@ -91,8 +91,8 @@ def write_split_gguf(directory: Path, part_mib: int) -> list[str]:
         data = 0
         for number in range(index * TENSORS_PER_PART, (index + 1) * TENSORS_PER_PART):
             nbytes = HIDDEN * columns * 2
-            name = f"blk.{number // 1000}.t{number % 1000}.weight"
-            writer.add_tensor_info(name, (columns, HIDDEN), np.dtype(np.float16), nbytes, raw_dtype=gguf.GGMLQuantizationType.F16)
+            tensor = f"blk.{number // 1000}.t{number % 1000}.weight"
+            writer.add_tensor_info(tensor, (columns, HIDDEN), np.dtype(np.float16), nbytes, raw_dtype=gguf.GGMLQuantizationType.F16)
             data += (nbytes + 31) // 32 * 32
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
