@@ -15,7 +15,7 @@ description:
     C(config.json) and the JSON headers of its safetensors files - by HTTP range requests, and
     returns the shape keys that price the model as its downloaded files would
     (C(model_geometry), C(projector_bytes), C(drafter_geometry); C(weights) for a safetensors
-    model), so a shape can be priced before a 3-hour download.
+    model), so a shape can be priced before a long download.
   - A header is read from a small prefix that grows, by at least doubling, only while the header
     is longer. What a Hub may make it read is bounded per header and in total; a header claiming
     an absurd length is refused naming the file, the repo and the bound.
