@@ -255,12 +255,22 @@ def test_the_role_prices_from_the_hub_before_the_download_through_ansible(hub, m
     """roles/endpoint/tasks/hub_geometry.yml and the module as ansible-playbook runs them: no
     payload directory yet, a gated repo, the token from the controller's environment only."""
     shape = {**LLAMA_SHAPE, "model_file": "model.gguf", "port": 8080}
+    # The budget task as roles/endpoint/tasks/budget.yml wires it to the Hub's shape.
+    budget_task = {
+        "frank.llm_fleet.vram_budget": {
+            "shape": "{{ __endpoint_hub_geometry.shape | default(__endpoint_shape) }}",
+            "devices": DEVICES,
+            "payload_dir": "{{ omit if endpoint_budget_on_controller | bool or __endpoint_hub_geometry.shape is defined else endpoint_payload_dir }}",
+        },
+        "delegate_to": "{{ 'localhost' if endpoint_budget_on_controller | bool or __endpoint_hub_geometry.shape is defined else inventory_hostname }}",
+        "register": "budget",
+    }
     tasks = [
         {
-            "ansible.builtin.include_role": {"name": "frank.llm_fleet.endpoint", "tasks_from": "hub_geometry"},
+            "ansible.builtin.include_role": {"name": "frank.llm_fleet.endpoint", "tasks_from": "hub_geometry", "public": True},
             "vars": {"endpoint_name": "frank-test", "endpoint_shape": shape, "endpoint_payload_manifest": {"repo_id": GATED, "revision": "main"}},
         },
-        {"frank.llm_fleet.vram_budget": {"shape": "{{ __endpoint_hub_geometry.shape }}", "devices": DEVICES}, "register": "budget"},
+        budget_task,
     ]
     env = {"HF_ENDPOINT": hub.hub_url, "HF_TOKEN": TOKEN}
     proc, ran = run_local_playbook(tmp_path, {"tasks": tasks}, ["--check"], env)
@@ -275,3 +285,9 @@ def test_the_role_prices_from_the_hub_before_the_download_through_ansible(hub, m
     assert proc.returncode != 0
     failed = ran[-1]["hosts"]["localhost"] if ran[-1]["hosts"]["localhost"].get("failed") else ran[-2]["hosts"]["localhost"]
     assert "HTTP 401" in failed["msg"] and "HF_TOKEN" in failed["msg"]
+    # The token from the inventory (a vaulted variable) instead: the module's token option, no_log.
+    tasks[0]["vars"]["endpoint_hub_token"] = TOKEN
+    proc, ran = run_local_playbook(tmp_path, {"tasks": tasks}, ["--check"], {"HF_ENDPOINT": hub.hub_url})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert ran[-1]["hosts"]["localhost"]["ledger"] == on_disk["ledger"]
+    assert TOKEN not in proc.stdout + proc.stderr
