@@ -162,8 +162,8 @@ def served(emulator: hub_emulator.HubEmulator, requests_before: int) -> tuple[in
     return sum(emulator.bytes_served.values()), len(emulator.requests) - requests_before
 
 
-def measure(emulator: hub_emulator.HubEmulator, label: str, repo: str, model_file: str, files: list[str], workdir: Path, repeat: int, local, hf_mem) -> dict:
-    client = HubClient(emulator.hub_url)
+def best_pricing(emulator: hub_emulator.HubEmulator, client: HubClient, repo: str, model_file: str, repeat: int) -> tuple:
+    """(seconds, bytes the emulator sent, its requests, the pricing) of the fastest of `repeat` runs."""
     best = None
     for _run in range(repeat):
         emulator.bytes_served.clear()
@@ -174,7 +174,18 @@ def measure(emulator: hub_emulator.HubEmulator, label: str, repo: str, model_fil
         bytes_sent, requests = served(emulator, before)
         if best is None or seconds < best[0]:
             best = (seconds, bytes_sent, requests, priced)
-    seconds, bytes_sent, requests, priced = best
+    return best
+
+
+def measure(emulator: hub_emulator.HubEmulator, label: str, repo: str, model_file: str, files: list[str], workdir: Path, repeat: int, local, hf_mem) -> dict:
+    client = HubClient(emulator.hub_url)
+    seconds, bytes_sent, requests, priced = best_pricing(emulator, client, repo, model_file, repeat)
+    # A mirror that answers the resolve URL itself (no CDN redirect): the other endpoint kind.
+    emulator.mirror = True
+    try:
+        mirror_seconds, mirror_bytes, mirror_requests, mirrored = best_pricing(emulator, client, repo, model_file, repeat)
+    finally:
+        emulator.mirror = False
     total = sum(emulator.repos[repo].files[path].size for path in files)
     other = run_hf_mem(emulator, hf_mem, repo, model_file) if hf_mem else {}
     emulator.bytes_served.clear()
@@ -193,7 +204,7 @@ def measure(emulator: hub_emulator.HubEmulator, label: str, repo: str, model_fil
     local_seconds = time.perf_counter() - started
     for path in files:
         os.unlink(dest / path)
-    same = {key: priced.shape_keys[key] for key in local_keys} == local_keys
+    same = {key: priced.shape_keys[key] for key in local_keys} == local_keys and mirrored.shape_keys == priced.shape_keys
     return {
         "model": label,
         "files": len(files),
@@ -201,6 +212,9 @@ def measure(emulator: hub_emulator.HubEmulator, label: str, repo: str, model_fil
         "hub_bytes_read": bytes_sent,
         "hub_requests": requests,
         "hub_seconds": round(seconds, 4),
+        "mirror_bytes_read": mirror_bytes,
+        "mirror_requests": mirror_requests,
+        "mirror_seconds": round(mirror_seconds, 4),
         "download_bytes": download_bytes,
         "download_requests": download_requests,
         "download_seconds": round(download_seconds, 3),
@@ -313,6 +327,7 @@ def main() -> int:
             f"{row['download_requests']} requests, {row['download_seconds']:.2f} s, then local pricing {row['local_pricing_seconds'] * 1000:.1f} ms | "
             f"{row['bytes_ratio']:,}x fewer bytes | shape keys as on disk: {row['same_shape_keys_as_on_disk']}"
         )
+        print(f"  a mirror (no CDN redirect): {row['mirror_bytes_read']:,} bytes in {row['mirror_requests']} requests, {row['mirror_seconds'] * 1000:.1f} ms")
         if "hf_mem_bytes_read" in row:
             print(
                 f"  hf-mem {row['hf_mem_version']}: {row['hf_mem_bytes_read']:,} bytes in {row['hf_mem_requests']} requests, "
