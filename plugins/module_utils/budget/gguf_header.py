@@ -502,7 +502,7 @@ def _check_split_keys(metadata: dict[str, Any]) -> None:
 def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:
     # The hot loop of the reader (100,000 infos in a large MoE): local names, precompiled structs,
     # and struct's own bounds check (struct.error) instead of one comparison per field.
-    buf, end, limit = cur.buf, cur.end, cur.limit
+    buf, end, file_size = cur.buf, cur.end, cur.limit
     pos = start = cur.pos
     u64, u32, tail, dims_structs = _U64.unpack_from, _U32.unpack_from, _TENSOR_TAIL.unpack_from, _DIMS
     types = GGML_TYPES
@@ -519,7 +519,7 @@ def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:
                 limit = f"above MAX_TENSOR_NAME_BYTES ({MAX_TENSOR_NAME_BYTES})"
                 raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, {limit}")
             if name_len > end - pos and not cur.short(pos + name_len):
-                raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, only {limit - pos} remain")
+                raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, only {file_size - pos} remain")
             name = buf[pos : pos + name_len].decode("utf-8")
             pos += name_len
             (n_dims,) = u32(buf, pos)

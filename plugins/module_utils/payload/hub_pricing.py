@@ -251,6 +251,8 @@ class GGUFHeaders:
                 return parsed.header
             # At least what the parser asks for, and at least double: a header is read in a few requests.
             target = min(size, max(len(buffer) + parsed.more_bytes, 2 * len(buffer)))
+            if target <= len(buffer):  # the parser wants more than the file holds: it said so already
+                raise HubPricingError(f"{where}: {path}: the GGUF header runs past the end of the file ({size} bytes)")
             if target > self.max_header_bytes:
                 raise HubPricingError(
                     f"{where}: {path}: its GGUF header needs more than {self.max_header_bytes} bytes (MAX_GGUF_HEADER_BYTES); no published model's "
