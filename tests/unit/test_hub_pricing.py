@@ -125,6 +125,31 @@ def test_gguf_model_projector_and_drafter_price_as_on_disk(hub, models):
     assert sum(hub.bytes_served.values()) == result.bytes_read
 
 
+LAB_MODELS = Path(__file__).resolve().parents[2] / ".lab" / "models"
+
+
+@pytest.mark.skipif(not (LAB_MODELS / make_tiny_hf.NAME / "config.json").exists(), reason="the lab's models are written by lab/lab.sh up")
+def test_the_lab_models_price_as_on_disk(tmp_path):
+    """The files the lab's engines boot, served as they are."""
+    emulator = HubEmulator().start()
+    try:
+        for path in sorted(LAB_MODELS.rglob("*")):
+            if path.is_file() and not path.name.endswith(".manifest.json"):
+                emulator.add_file(REPO, path.relative_to(LAB_MODELS).as_posix(), path, "git" if path.suffix == ".json" else "lfs")
+        client = HubClient(emulator.hub_url)
+        for geometry in make_tiny_gguf.GEOMETRIES:
+            shape = {**LLAMA_SHAPE, "model_file": f"{geometry.name}.gguf"}
+            priced_alike(shape, LAB_MODELS, price_from_hub(client, REPO, shape["model_file"]).shape_keys)
+        keys = price_from_hub(client, REPO, make_tiny_hf.NAME).shape_keys
+        raw = (LAB_MODELS / make_tiny_hf.NAME / "model.safetensors").read_bytes()
+        data_section = len(raw) - 8 - struct.unpack("<Q", raw[:8])[0]
+        shape = {**VLLM_SHAPE, "model_file": make_tiny_hf.NAME}
+        on_disk = price_shape({**shape, "weights": data_section}, DEVICES[:1], str(LAB_MODELS))
+        assert price_shape({**shape, **keys}, DEVICES[:1], None).as_dict() == on_disk.as_dict()
+    finally:
+        emulator.stop()
+
+
 def test_every_split_part_is_read_and_priced_as_on_disk(hub, models):
     shape = {**LLAMA_SHAPE, "model_file": SPLIT[0]}
     result = price_from_hub(HubClient(hub.hub_url), REPO, SPLIT[0])
