@@ -16,6 +16,7 @@ import mmap
 import os
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -125,6 +126,24 @@ class GGUFError(ValueError):
     """Malformed, truncated or unsupported GGUF input; the message names the offset."""
 
 
+class _PrefixShort(Exception):
+    """A read ran past the bytes at hand but not past the file: `needed` bytes from the start
+    (at least) would let it go on. Never escapes parse_prefix."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(needed)
+        self.needed = needed
+
+
+@dataclass(frozen=True)
+class PrefixParse:
+    """parse_prefix's answer: the header, or how many more bytes the header needs beyond the
+    prefix (a lower bound where a loop ran out: the caller grows the prefix geometrically)."""
+
+    header: GGUFHeader | None
+    more_bytes: int
+
+
 class TensorInfo(NamedTuple):
     # A NamedTuple, not a dataclass: a 100,000-tensor header builds this in its hot loop.
     name: str
@@ -191,18 +210,28 @@ class GGUFHeader:
 
 
 class _Cursor:
-    """Bounds-checked reads from the mapped header."""
+    """Bounds-checked reads from the header's bytes: `end` is how many are at hand (the whole
+    mapped file, or a prefix fetched by range requests), `limit` the file's size. Lengths are
+    judged against the file; a read past the prefix only asks for more (_PrefixShort)."""
 
-    __slots__ = ("buf", "end", "pos")
+    __slots__ = ("buf", "end", "limit", "pos")
 
-    def __init__(self, buf: Any, end: int) -> None:
+    def __init__(self, buf: Any, end: int, limit: int | None = None) -> None:
         self.buf = buf
         self.end = end
+        self.limit = end if limit is None else limit
         self.pos = 0
 
+    def short(self, upto: int) -> bool:
+        """Whether bytes up to offset `upto` are in the file but not at hand (raises to ask for them)."""
+        if upto > self.end and upto <= self.limit:
+            raise _PrefixShort(upto)
+        return False
+
     def need(self, n: int, what: str) -> None:
-        if n < 0 or self.pos + n > self.end:
-            raise GGUFError(f"truncated or corrupt GGUF: {what} needs {n} bytes at offset {self.pos}, only {self.end - self.pos} remain")
+        if n < 0 or self.pos + n > self.limit:
+            raise GGUFError(f"truncated or corrupt GGUF: {what} needs {n} bytes at offset {self.pos}, only {self.limit - self.pos} remain")
+        self.short(self.pos + n)
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -221,8 +250,9 @@ class _Cursor:
         length = self.u64(f"{what} length")
         if length > MAX_STRING_BYTES:
             raise GGUFError(f"corrupt GGUF: {what} at offset {start} claims {length} bytes, above MAX_STRING_BYTES ({MAX_STRING_BYTES})")
-        if length > self.end - self.pos:
-            raise GGUFError(f"corrupt GGUF: {what} at offset {start} claims {length} bytes, only {self.end - self.pos} remain")
+        if length > self.limit - self.pos:
+            raise GGUFError(f"corrupt GGUF: {what} at offset {start} claims {length} bytes, only {self.limit - self.pos} remain")
+        self.short(self.pos + length)
         return length
 
     def string(self, what: str) -> str:
@@ -261,7 +291,7 @@ def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> 
             raise GGUFError(f"unsupported GGUF: array {key!r} at offset {start} has item type {item_type}")
         # The smallest item: a scalar's size, or a string's length field alone.
         size = struct.calcsize(code) if code else 8
-        if count > (cur.end - cur.pos) // size:
+        if count > (cur.limit - cur.pos) // size:
             raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} {'items' if code else 'strings'}, the file is too short")
         if count > MAX_ARRAY_LENGTH:
             raise GGUFError(f"corrupt GGUF: array {key!r} at offset {start} claims {count} items, above MAX_ARRAY_LENGTH ({MAX_ARRAY_LENGTH})")
@@ -269,6 +299,7 @@ def _read_value(cur: _Cursor, vtype: int, key: str, lengths: dict[str, int]) -> 
             if count > KEEP_ARRAY_MAX:
                 cur.pos += count * size
                 return None
+            cur.need(count * size, f"items of {key!r}")
             values = struct.unpack_from(f"<{count}{code}", cur.buf, cur.pos)
             cur.pos += count * size
             return list(values)
@@ -294,13 +325,33 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
                 raise GGUFError(f"{path}: {exc}") from None
 
 
-def _parse(path: str, buf: Any, file_size: int) -> GGUFHeader:
+def parse_prefix(path: str, prefix: bytes | memoryview, file_size: int) -> PrefixParse:
+    """Parse a header from the first bytes of a file of `file_size` bytes (range requests: the
+    file is elsewhere). The same parser and bounds as read_header: a hostile length or count is
+    refused against the file's size before more bytes are asked for, so a caller never fetches
+    what a lie claims."""
+    if file_size < _HEADER.size:
+        raise GGUFError(f"{path}: truncated GGUF: {file_size} bytes, a header needs {_HEADER.size} (offset 0)")
+    available = min(len(prefix), file_size)
+    if available < _HEADER.size:
+        return PrefixParse(None, _HEADER.size - available)
+    if len(prefix) != available or not isinstance(prefix, bytes):
+        prefix = bytes(prefix[:available])  # the parser slices names and strings as bytes
+    try:
+        return PrefixParse(_parse(path, prefix, file_size, available), 0)
+    except _PrefixShort as short:
+        return PrefixParse(None, max(short.needed - available, 1))
+    except GGUFError as exc:
+        raise GGUFError(f"{path}: {exc}") from None
+
+
+def _parse(path: str, buf: Any, file_size: int, available: int | None = None) -> GGUFHeader:
     magic, version, n_tensors, n_kv = _HEADER.unpack_from(buf, 0)
     if magic != GGUF_MAGIC:
         raise GGUFError(f"not a GGUF file: magic {magic!r} at offset 0")
     if version not in SUPPORTED_VERSIONS:
         raise GGUFError(f"unsupported GGUF version {version} at offset 4 (supported: 2, 3)")
-    cur = _Cursor(buf, file_size)
+    cur = _Cursor(buf, file_size if available is None else available, file_size)
     cur.pos = _HEADER.size
     if n_kv > (file_size - cur.pos) // _MIN_KV_BYTES:
         raise GGUFError(f"corrupt GGUF: {n_kv} metadata entries (offset 16) cannot fit in {file_size} bytes")
@@ -451,7 +502,7 @@ def _check_split_keys(metadata: dict[str, Any]) -> None:
 def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:
     # The hot loop of the reader (100,000 infos in a large MoE): local names, precompiled structs,
     # and struct's own bounds check (struct.error) instead of one comparison per field.
-    buf, end = cur.buf, cur.end
+    buf, end, file_size = cur.buf, cur.end, cur.limit
     pos = start = cur.pos
     u64, u32, tail, dims_structs = _U64.unpack_from, _U32.unpack_from, _TENSOR_TAIL.unpack_from, _DIMS
     types = GGML_TYPES
@@ -467,8 +518,8 @@ def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:
             if name_len > MAX_TENSOR_NAME_BYTES:
                 limit = f"above MAX_TENSOR_NAME_BYTES ({MAX_TENSOR_NAME_BYTES})"
                 raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, {limit}")
-            if name_len > end - pos:
-                raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, only {end - pos} remain")
+            if name_len > end - pos and not cur.short(pos + name_len):
+                raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} claims {name_len} bytes, only {file_size - pos} remain")
             name = buf[pos : pos + name_len].decode("utf-8")
             pos += name_len
             (n_dims,) = u32(buf, pos)
@@ -483,6 +534,7 @@ def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorInfo]:
                 raise GGUFError(f"unsupported GGUF: tensor {index} at offset {start} has ggml type {ggml_type}")
             append(make(name, shape, ggml_type, offset))
     except struct.error:
+        cur.short(end + 1)  # a prefix ran out: ask for more before calling the file truncated
         raise GGUFError(f"truncated GGUF: tensor info {index} at offset {start} runs past the end of the file") from None
     except UnicodeDecodeError:
         raise GGUFError(f"corrupt GGUF: tensor {index} name at offset {start} is not UTF-8") from None
@@ -503,13 +555,16 @@ def split_part_paths(first: str | os.PathLike[str], count: int) -> list[str]:
     return [os.path.join(directory, f"{stem}-{no:05d}-of-{count:05d}.gguf") for no in range(1, count + 1)]
 
 
-def read_model(path: str | os.PathLike[str]) -> GGUFHeader:
+def read_model(path: str | os.PathLike[str], read_part: Callable[[str], GGUFHeader] | None = None) -> GGUFHeader:
     """Read a model: a single file, or the first part of a split set (all parts' tensors merged).
 
     Metadata comes from the first part (only it carries the architecture keys); tensor infos are
-    gathered from every part, each of which is header-only read.
+    gathered from every part, each of which is header-only read. `read_part` reads one part's
+    header from elsewhere (the Hub, by range requests; it names a missing part itself); by default
+    the parts are local files.
     """
-    first = read_header(path)
+    read = read_part or read_header
+    first = read(os.fspath(path))
     count = first.get("split.count", 0) or 0
     if count <= 1:
         return first
@@ -517,9 +572,9 @@ def read_model(path: str | os.PathLike[str]) -> GGUFHeader:
         raise GGUFError(f"{first.path}: this is part {first.get('split.no') + 1} of a split set; give the first part")
     tensors = list(first.tensors)
     for part_path in split_part_paths(first.path, count)[1:]:
-        if not os.path.exists(part_path):
+        if read_part is None and not os.path.exists(part_path):
             raise GGUFError(f"{first.path}: split part {part_path} is missing")
-        tensors.extend(read_header(part_path).tensors)
+        tensors.extend(read(part_path).tensors)
     expected = first.get("split.tensors.count")
     if expected is not None and expected != len(tensors):
         raise GGUFError(f"{first.path}: split.tensors.count says {expected}, the parts hold {len(tensors)}")
