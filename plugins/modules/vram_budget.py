@@ -202,59 +202,13 @@ table:
   type: str
 """
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
-from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, load_manifest, parse_manifest
-from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import payload_identity, price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
-
-
-def identity(shape: dict, manifest: object) -> dict:
-    """The payload identity check's result; StepError when the manifest is unreadable or the shape
-    names a file it lacks (before any pricing reads a header that is not there)."""
-    if manifest in (None, "", {}):
-        return {"checked": False, "summary": "not checked here (no manifest given)"}
-    try:
-        pinned = parse_manifest(manifest) if isinstance(manifest, dict) else load_manifest(str(manifest))
-        report = payload_identity(shape, pinned)
-    except (ManifestError, OSError) as exc:
-        raise StepError(f"manifest: cannot read the payload manifest ({exc}); fix endpoint_payload_manifest", {}) from None
-    except ShapeError as exc:
-        raise StepError(f"shape is invalid: {exc}", {}) from None
-    if not report.ok:
-        raise StepError(f"payload identity: {report.summary}", {"changed": False, "fits": False, "payload_identity": report.as_dict()})
-    return report.as_dict()
-
-
-def budget(call: ModuleCall) -> dict:
-    checked = identity(call.params["shape"], call.params["manifest"])
-    try:
-        result = price_shape(call.params["shape"], call.params["devices"], call.params["payload_dir"], boots=call.params["boots"])
-    except (ShapeError, GGUFError, OSError) as exc:
-        raise StepError(f"shape is invalid: {exc}", {}) from None
-    report = result.as_dict()
-    report["payload_identity"] = checked
-    report["table"] = render_table(result) + f"\npayload identity: {checked['summary']}"
-    if not result.fits and not call.params["report_only"]:
-        reasons = "; ".join(v.message for v in result.failures)
-        raise StepError(f"shape does not fit: {reasons}", {"changed": False, **report})
-    return {"changed": False, **report}
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.budget_gate import BUDGET_OPTIONS, budget
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
 
 def main() -> None:
-    run_module(
-        {
-            "shape": {"type": "dict", "required": True},
-            "devices": {"type": "list", "elements": "dict", "required": True},
-            "payload_dir": {"type": "path"},
-            "manifest": {"type": "raw"},
-            "report_only": {"type": "bool", "default": False},
-            "boots": {"type": "list", "elements": "dict", "default": []},
-        },
-        budget,
-    )
+    # On the controller the action plugin of the same name runs the same core in its own process.
+    run_module(BUDGET_OPTIONS, lambda call: budget(call.params))
 
 
 if __name__ == "__main__":

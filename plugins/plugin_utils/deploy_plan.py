@@ -54,6 +54,7 @@ GATE_OF_ACTION = {
     "frank.llm_fleet.hf_payload_gate": "payload",
 }
 PREFLIGHT_FILE = "preflight.yml"
+BUDGET_FILE = "budget.yml"  # its checks besides the module's (a plan refusing a shape it cannot price)
 VALIDATE_ACTIONS = ("ansible.builtin.validate_argument_spec", "validate_argument_spec")
 # The fleet's own bookkeeping tasks (roles/endpoint/tasks/fleet_*.yml): the failure they record,
 # or the run's final verdict, is not a new outcome of the endpoint.
@@ -186,6 +187,8 @@ def failure_gate(action: str, task_path: str, task_name: str, result: Mapping[st
         return "deploy"
     if task_path.split(":", 1)[0].endswith("/" + PREFLIGHT_FILE):
         return "preflight"
+    if task_path.split(":", 1)[0].endswith("/" + BUDGET_FILE):
+        return "budget"
     return task_name.split(" : ", 1)[-1]  # without the "ROLE : " prefix
 
 

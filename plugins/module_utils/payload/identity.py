@@ -133,6 +133,10 @@ def check_identity(names: Iterable[PayloadName], manifest: Manifest) -> Identity
     hold a listed file, and each file it must hold."""
     files = {entry.path for entry in manifest.files}
     directories = _directories(files)
+    names = list(names)
+    # "Did you mean" offers only a manifest file the shape does not already name (a missing split
+    # part is not offered its sibling).
+    spare = files - {posixpath.normpath(name.path) for name in names}
     report = IdentityReport(manifest_label(manifest))
     for name in names:
         report.checked.append(name)
@@ -147,13 +151,13 @@ def check_identity(names: Iterable[PayloadName], manifest: Manifest) -> Identity
             for held in name.holds:
                 inner = posixpath.normpath(posixpath.join(path, held))
                 if inner not in files:
-                    inside = {p for p in files if path == "." or p.startswith(path + "/")}
-                    report.mismatches.append(Mismatch(name.field, inner, "is not in the manifest", _closest(inner, inside or files)))
+                    inside = {p for p in spare if path == "." or p.startswith(path + "/")}
+                    report.mismatches.append(Mismatch(name.field, inner, "is not in the manifest", _closest(inner, inside or spare)))
             continue
         if path in files:
             continue
         if path in directories:
             report.mismatches.append(Mismatch(name.field, name.path, "is a directory of the manifest, not a file; name the file in it"))
             continue
-        report.mismatches.append(Mismatch(name.field, name.path, "is not in the manifest", _closest(path, files)))
+        report.mismatches.append(Mismatch(name.field, name.path, "is not in the manifest", _closest(path, spare)))
     return report

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, graph_law, kv_law, placement, rules
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import SPLIT_NAME_RE
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import (
     BudgetResult,
     DeviceLedger,
@@ -33,7 +34,6 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger impo
     slot_ceiling,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.placement import HOST, assign_layers
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import SPLIT_NAME_RE
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader, add_extra_terms, client_verdicts
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import PayloadName
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import AlertRule, Panel, RefusalContract, Runtime, json_flag, serving
@@ -234,7 +234,8 @@ def gguf_names(field: str, path: str | None) -> list[PayloadName]:
     match = SPLIT_NAME_RE.match(posixpath.basename(path))
     if match and int(match.group("no")) == 1:
         count, folder, stem = int(match.group("count")), posixpath.dirname(path), match.group("stem")
-        names += [PayloadName(f"{field} (split part {no} of {count})", posixpath.join(folder, f"{stem}-{no:05d}-of-{count:05d}.gguf")) for no in range(2, count + 1)]
+        for no in range(2, count + 1):
+            names.append(PayloadName(f"{field} (split part {no} of {count})", posixpath.join(folder, f"{stem}-{no:05d}-of-{count:05d}.gguf")))
     return names
 
 
