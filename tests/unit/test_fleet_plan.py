@@ -107,3 +107,20 @@ def test_the_production_fleet_plan_and_its_budget_check_contact_no_host(tmp_path
     proc, marks = plan(tmp_path, "-i", "inventories/production", "--check", "--tags", "budget", playbook="playbooks/deploy_fleet.yml")
     assert proc.returncode == 0 and not marks.exists(), proc.stdout[-3000:]
     assert "UNREACHABLE" not in proc.stdout and re.search(r"TASK \[Gathering Facts\] \**\nskipping: \[webhook-relay\]", proc.stdout)
+
+
+def test_the_installed_collection_plans_the_fleet_by_its_fqcn(collection_tarball, tmp_path, fleet):
+    # Installed as a user installs it, run from outside the checkout with nothing of it on the paths
+    # (no ansible.cfg: the plan table is the callback enabled as its documentation says).
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_") and key != "PYTHONPATH"}
+    env.update(HOME=str(tmp_path), PATH=f"{BIN}:{os.environ['PATH']}")
+    install = [str(BIN / "ansible-galaxy"), "collection", "install", "--offline", str(collection_tarball)]
+    assert subprocess.run(install, capture_output=True, text=True, cwd=tmp_path, env=env, check=False).returncode == 0
+    env["ANSIBLE_CALLBACKS_ENABLED"] = "frank.llm_fleet.deploy_plan"
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "frank.llm_fleet.plan", "-i", str(fleet)], capture_output=True, text=True, cwd=tmp_path, env=env, check=False
+    )
+    assert proc.returncode == 2 and "UNREACHABLE" not in proc.stdout, proc.stdout[-3000:] + proc.stderr
+    rows = table(proc.stdout)
+    assert rows["plan-refused"].startswith("refused by a gate (budget)") and "did you mean 'Qwen3-8B-Q4_K_M.gguf'?" in rows["plan-refused"]
+    assert rows["plan-fits"].startswith("fits")
