@@ -78,7 +78,7 @@ def line(label: str, values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--repeat", type=int, default=5, help="plan runs (default 5)")
     parser.add_argument("--inventory", default="inventories/production")
     args = parser.parse_args()
