@@ -283,9 +283,10 @@ class DeployPlan:
             self.outcomes[endpoint] = Row(endpoint, verdict, detail)
 
     def priced_only(self) -> bool:
-        """Whether the run only priced (a fleet plan, a `--tags budget` run): nothing deployed, no
-        task changed anything."""
-        return not self.deploys and not any(play.changed for play in self.plays.values())
+        """Whether the run only priced (a fleet plan, a `--tags budget` run): every endpoint reached
+        and priced or refused, nothing deployed, no task changed anything."""
+        reached = all(row.verdict not in (PENDING, NOT_DEPLOYED) for row in self.rows())
+        return reached and not self.deploys and not any(play.changed for play in self.plays.values())
 
     def deployed(self, endpoint: str, result: Mapping[str, Any]) -> None:
         self.deploys += 1
