@@ -29,8 +29,11 @@ description:
     each with C(changed); C(rolled_back)) and from the failed gate tasks. A changed unit step is a
     restart unless it reports C(restarted) false; a change of the engine's env file or the record
     alone is cosmetic. An endpoint a finished run deployed nothing to (C(--tags)) is "not deployed".
-    A run that deploys and refuses nothing (a probe, a bench, C(--tags budget) that passes) prints
-    no table.
+    An endpoint whose budget passed and that nothing later reported on reads "fits" (its tightest
+    device's used, capacity and free MiB, and whether the payload identity was checked) or "does not
+    fit" (a report-only budget). A run that only priced - the fleet plan C(playbooks/plan.yml), or
+    C(--tags budget) - is titled "Fleet plan". A run that prices, deploys and refuses nothing (a
+    probe, a bench) prints no table.
   - Not printed when the stdout callback writes JSON (the table would break the document).
   - Enable it in ansible.cfg - C(callbacks_enabled = frank.llm_fleet.deploy_plan) - or with
     C(ANSIBLE_CALLBACKS_ENABLED=frank.llm_fleet.deploy_plan).
@@ -46,7 +49,13 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_plan import DEPLOY_ACTION, NOT_REACHED_FACT, DeployPlan, render
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host import budget_gate  # noqa: F401  # pylint: disable=unused-import
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_plan import BUDGET_ACTION, DEPLOY_ACTION, NOT_REACHED_FACT, DeployPlan, render
+
+# budget_gate (and through it the shape parser and every runtime driver) is imported here, in
+# Ansible's main process, before any task's worker process forks from it: the shape filters and
+# the budget on the controller find it imported in every worker instead of importing it again per
+# task and endpoint (the production fleet plan: 1.79 CPU seconds against 2.08; docs/bench.md).
 
 ENDPOINT_GROUP = "llm_endpoints"
 
@@ -91,6 +100,8 @@ class CallbackModule(CallbackBase):
         self.plan.task_ok(name, bool(result.result.get("changed")))
         if task.resolved_action == DEPLOY_ACTION and not task.args.get("restore"):
             self.plan.deployed(name, result.result)
+        if task.resolved_action == BUDGET_ACTION and _is_endpoint(result.host):
+            self.plan.priced(name, result.result)
         why = (result.result.get("ansible_facts") or {}).get(NOT_REACHED_FACT)
         if why and _is_endpoint(result.host):
             self.plan.not_reached(name, str(why))
@@ -112,5 +123,6 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_stats(self, stats: Any) -> None:
         if not self.plan.has_news() or "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK")):
             return
-        self._display.banner("DEPLOY PLAN" if context.CLIARGS.get("check") else "DEPLOY RESULT")
-        self._display.display(render(self.plan.rows(), bool(context.CLIARGS.get("check")), self.plan.play_rows()))
+        priced_only = self.plan.priced_only()
+        self._display.banner("FLEET PLAN" if priced_only else "DEPLOY PLAN" if context.CLIARGS.get("check") else "DEPLOY RESULT")
+        self._display.display(render(self.plan.rows(), bool(context.CLIARGS.get("check")), self.plan.play_rows(), priced_only))

@@ -23,6 +23,11 @@ description:
   - Fails, naming the device, the term and the overage in MiB, unless O(report_only=true).
   - Reads only file headers, under O(payload_dir); without it the shape's C(model_geometry),
     C(drafter_geometry) and C(projector_bytes) stand in (a controller-side check).
+  - With O(manifest), first checks the payload identity - every file the shape names (the model
+    and each part of a split GGUF, the projector, the drafter, a tokenizer directory and its files;
+    which keys name files is the runtime driver's knowledge) must be a path of the endpoint's pinned
+    manifest - and fails naming the key, the path and the closest manifest name
+    ("did you mean ...") before anything is priced. O(report_only) does not waive it.
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
@@ -56,6 +61,13 @@ options:
         C(projector) and C(drafter) are read under it (headers only).
       - Omit it to price from the shape's explicit geometries and sizes.
     type: path
+  manifest:
+    description:
+      - The endpoint's pinned payload manifest (C(endpoint_payload_manifest)), as a mapping
+        (C(repo_id), C(revision), C(files)) or the path of a YAML or JSON manifest file readable
+        where the module runs. Paths in it are relative to the payload directory, as the shape's are.
+      - Omit it to skip the payload identity check (the result's RV(payload_identity) says so).
+    type: raw
   report_only:
     description: Return the verdicts without failing when the shape does not fit.
     type: bool
@@ -168,44 +180,35 @@ model_geometry:
   description: The model's cache geometry in the explicit O(shape) C(model_geometry) form, when the model was read.
   returned: when the model's geometry is known
   type: dict
+payload_identity:
+  description:
+    - The payload identity check - C(checked) (false without O(manifest)), C(ok), C(manifest)
+      (repo@revision), C(names) checked (C(field), C(path), C(kind)) and C(mismatches) (C(field),
+      C(path), C(problem), C(closest), C(message)), and a one-line C(summary).
+  returned: always
+  type: dict
+  sample:
+    checked: true
+    ok: false
+    manifest: unsloth/Qwen3-8B-GGUF@0123456789ab
+    mismatches:
+      - field: model_file
+        path: Qwen3-8B-Q4_K_M.ggfu
+        problem: is not in the manifest
+        closest: Qwen3-8B-Q4_K_M.gguf
 table:
   description: The ledger as a text table, for display.
   returned: always
   type: str
 """
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
-from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import ModuleCall, run_module
-from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
-from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
-
-
-def budget(call: ModuleCall) -> dict:
-    try:
-        result = price_shape(call.params["shape"], call.params["devices"], call.params["payload_dir"], boots=call.params["boots"])
-    except (ShapeError, GGUFError, OSError) as exc:
-        raise StepError(f"shape is invalid: {exc}", {}) from None
-    report = result.as_dict()
-    report["table"] = render_table(result)
-    if not result.fits and not call.params["report_only"]:
-        reasons = "; ".join(v.message for v in result.failures)
-        raise StepError(f"shape does not fit: {reasons}", {"changed": False, **report})
-    return {"changed": False, **report}
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.budget_gate import BUDGET_OPTIONS, budget
+from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
 
 def main() -> None:
-    run_module(
-        {
-            "shape": {"type": "dict", "required": True},
-            "devices": {"type": "list", "elements": "dict", "required": True},
-            "payload_dir": {"type": "path"},
-            "report_only": {"type": "bool", "default": False},
-            "boots": {"type": "list", "elements": "dict", "default": []},
-        },
-        budget,
-    )
+    # On the controller the action plugin of the same name runs the same core in its own process.
+    run_module(BUDGET_OPTIONS, lambda call: budget(call.params))
 
 
 if __name__ == "__main__":

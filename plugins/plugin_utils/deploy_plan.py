@@ -7,6 +7,9 @@ frank.llm_fleet.deploy_plan hands over.
   `rolled_back`; with --diff the record's before/after tells a new endpoint and a runtime swap;
 - a failed gate task: vram_budget (budget), hf_payload_gate (payload), the role's preflight
   checks, endpoint_deploy's own gates (digest, ownership, health, probe);
+- the vram_budget result of an endpoint nothing else reported on: "fits" (with its tightest
+  device) or "does not fit" (a report-only budget), so a fleet plan (playbooks/plan.yml) or a
+  `--tags budget` run lists every endpoint it priced;
 - the endpoints of the play that got neither: pending when the run stopped before them.
 
 Pure code: the callback is a thin adapter, and tests drive this with synthetic results.
@@ -32,6 +35,8 @@ UNREACHABLE = "unreachable"
 PENDING = "pending"
 NOT_REACHED = "not reached"
 NOT_DEPLOYED = "not deployed"
+FITS = "fits"
+DOES_NOT_FIT = "does not fit"
 
 # A play's outcome (every play of the run, the companions' included).
 PLAY_OK = "ok"
@@ -42,11 +47,14 @@ PLAY_NO_HOSTS = "no hosts"
 PLAY_NOT_REACHED = "not reached"
 
 DEPLOY_ACTION = "frank.llm_fleet.endpoint_deploy"
+BUDGET_ACTION = "frank.llm_fleet.vram_budget"
+MIB = 1 << 20
 GATE_OF_ACTION = {
     "frank.llm_fleet.vram_budget": "budget",
     "frank.llm_fleet.hf_payload_gate": "payload",
 }
 PREFLIGHT_FILE = "preflight.yml"
+BUDGET_FILE = "budget.yml"  # its checks besides the module's (a plan refusing a shape it cannot price)
 VALIDATE_ACTIONS = ("ansible.builtin.validate_argument_spec", "validate_argument_spec")
 # The fleet's own bookkeeping tasks (roles/endpoint/tasks/fleet_*.yml): the failure they record,
 # or the run's final verdict, is not a new outcome of the endpoint.
@@ -145,6 +153,25 @@ def deploy_verdict(result: Mapping[str, Any]) -> tuple[str, str]:
     return COSMETIC, detail
 
 
+def priced_verdict(result: Mapping[str, Any]) -> tuple[str, str]:
+    """The verdict of a passed vram_budget task: fits or not, the tightest device's figures, the
+    first failed rule, and whether the payload identity was checked."""
+    devices = [d for d in result.get("ledger") or [] if isinstance(d, Mapping)]
+    parts = []
+    if devices:
+        tight = min(devices, key=lambda d: d.get("free_bytes", 0))
+        used, capacity, free = (float(tight.get(key) or 0) / MIB for key in ("used_bytes", "capacity_bytes", "free_bytes"))
+        parts.append(f"{tight.get('device')}: {used:,.1f} of {capacity:,.1f} MiB, {free:,.1f} free")
+    fits = bool(result.get("fits"))
+    if not fits:
+        failed = [r for r in result.get("rules") or [] if isinstance(r, Mapping) and not r.get("ok")]
+        if failed:
+            parts.insert(0, f"{failed[0].get('rule')}: {failed[0].get('message')}")
+    identity = result.get("payload_identity") or {}
+    parts.append("payload identity " + ("checked" if identity.get("checked") else "not checked"))
+    return (FITS if fits else DOES_NOT_FIT), _first_line("; ".join(parts))
+
+
 def failure_gate(action: str, task_path: str, task_name: str, result: Mapping[str, Any]) -> str:
     """Which gate a failed task is."""
     if action in GATE_OF_ACTION:
@@ -160,6 +187,8 @@ def failure_gate(action: str, task_path: str, task_name: str, result: Mapping[st
         return "deploy"
     if task_path.split(":", 1)[0].endswith("/" + PREFLIGHT_FILE):
         return "preflight"
+    if task_path.split(":", 1)[0].endswith("/" + BUDGET_FILE):
+        return "budget"
     return task_name.split(" : ", 1)[-1]  # without the "ROLE : " prefix
 
 
@@ -202,6 +231,7 @@ class DeployPlan:
         self.stopped_at: str | None = None
         self.plays: dict[str, PlayOutcome] = {}
         self.current_play: str | None = None
+        self.deploys = 0
 
     def expect(self, endpoints: list[str]) -> None:
         for name in endpoints:
@@ -245,7 +275,21 @@ class DeployPlan:
 
     # --- endpoints -----------------------------------------------------------------------------
 
+    def priced(self, endpoint: str, result: Mapping[str, Any]) -> None:
+        """A budget that passed: the endpoint's verdict until a later task of the run says more."""
+        self.expect([endpoint])
+        if endpoint not in self.outcomes:
+            verdict, detail = priced_verdict(result)
+            self.outcomes[endpoint] = Row(endpoint, verdict, detail)
+
+    def priced_only(self) -> bool:
+        """Whether the run only priced (a fleet plan, a `--tags budget` run): every endpoint reached
+        and priced or refused, nothing deployed, no task changed anything."""
+        reached = all(row.verdict not in (PENDING, NOT_DEPLOYED) for row in self.rows())
+        return reached and not self.deploys and not any(play.changed for play in self.plays.values())
+
     def deployed(self, endpoint: str, result: Mapping[str, Any]) -> None:
+        self.deploys += 1
         self.expect([endpoint])
         verdict, detail = deploy_verdict(result)
         self.outcomes[endpoint] = Row(endpoint, verdict, detail)
@@ -305,9 +349,11 @@ def _counts(rows: list[Row]) -> str:
     return ", ".join(f"{count} {verdict}" for verdict, count in counts.items())
 
 
-def render(rows: list[Row], check_mode: bool, plays: list[Row] | None = None) -> str:
+def render(rows: list[Row], check_mode: bool, plays: list[Row] | None = None, priced_only: bool = False) -> str:
     """The table, with a count per verdict under it; then every play's outcome, when given."""
     title = "Deploy plan (check mode: nothing was changed)" if check_mode else "Deploy result"
+    if priced_only:
+        title = "Fleet plan (priced only: nothing was changed)"
     lines = [title, "", *_table(Row("endpoint", "verdict", "detail"), rows), "", _counts(rows)]
     if plays:
         lines += ["", *_table(Row("play", "outcome", "detail"), plays), "", _counts(plays)]

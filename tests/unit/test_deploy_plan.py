@@ -330,3 +330,53 @@ def test_a_rolled_back_endpoint_and_one_skipped_for_it_and_the_bookkeeping_failu
         "frank-secondary  not reached             depends on frank-primary, which failed",
         "frank-large      shape change (restart)  changed: unit, record",
     ]
+
+
+BUDGET = "frank.llm_fleet.vram_budget"
+MIB = 2**20
+
+
+def priced(fits=True, free_mib=(3_140, 900), identity=True):
+    ledger = [
+        {"device": f"gpu{index}", "capacity_bytes": 24_576 * MIB, "used_bytes": (24_576 - free) * MIB, "free_bytes": free * MIB}
+        for index, free in enumerate(free_mib)
+    ]
+    rules = [{"rule": "free_floor", "ok": fits, "message": "gpu1: 900.0 MiB free < floor 1,536.0 MiB"}]
+    return {"changed": False, "fits": fits, "ledger": ledger, "rules": rules, "payload_identity": {"checked": identity}}
+
+
+def test_a_run_that_only_priced_is_a_fleet_plan_naming_every_endpoint(plan_callback):
+    zealot, dragoon, archon = Host("frank-zealot"), Host("frank-dragoon"), Host("frank-archon")
+    plan_callback.v2_playbook_on_play_start(Play([archon, zealot, dragoon], "Plan llm_endpoints"))
+    refusal = {"msg": "payload identity: model_file: 'm.ggfu' is not in the manifest; did you mean 'm.gguf'?"}
+    plan_callback.v2_runner_on_failed(Result(archon, Task(BUDGET, f"{ROLE}/budget.yml:30", "endpoint : Price per device"), refusal))
+    plan_callback.v2_runner_on_ok(Result(zealot, Task(BUDGET, f"{ROLE}/budget.yml:30"), priced()))
+    plan_callback.v2_runner_on_ok(Result(dragoon, Task(BUDGET, f"{ROLE}/budget.yml:30"), priced(fits=False, identity=False)))
+    plan_callback.v2_playbook_on_stats(None)
+    lines = plan_callback._display.lines
+    assert lines[:2] == ["BANNER FLEET PLAN", "Fleet plan (priced only: nothing was changed)"]
+    assert lines[4:7] == [
+        "frank-archon   refused by a gate (budget)  payload identity: model_file: 'm.ggfu' is not in the manifest; did you mean 'm.gguf'?",
+        # The tightest device of each: gpu1, 900 MiB free.
+        "frank-zealot   fits                        gpu1: 23,676.0 of 24,576.0 MiB, 900.0 free; payload identity checked",
+        "frank-dragoon  does not fit                free_floor: gpu1: 900.0 MiB free < floor 1,536.0 MiB; gpu1: 23,676.0 of 24,576.0 MiB, 900.0 free; "
+        "payload identity not checked",
+    ]
+
+
+def test_a_deploy_after_the_budget_replaces_the_priced_verdict(plan_callback):
+    secondary = Host("frank-secondary")
+    plan_callback.v2_playbook_on_play_start(Play([secondary]))
+    plan_callback.v2_runner_on_ok(Result(secondary, Task(BUDGET, f"{ROLE}/budget.yml:30"), priced()))
+    plan_callback.v2_runner_on_ok(Result(secondary, Task(DEPLOY), steps("unit", "record")))
+    plan_callback.v2_playbook_on_stats(None)
+    lines = plan_callback._display.lines
+    assert lines[0] == "BANNER DEPLOY PLAN"
+    assert lines[4] == "frank-secondary  shape change (restart)  changed: unit, record"
+
+
+def test_a_refusal_by_the_budget_file_s_own_checks_is_the_budget_gate():
+    plan = DeployPlan()
+    name = "endpoint : The plan can price this endpoint on the controller - frank-zealot"
+    plan.failed("frank-zealot", "ansible.builtin.assert", f"{ROLE}/budget.yml:5", name, {"msg": "frank-zealot: a fleet plan never contacts dankclaw"})
+    assert plan.rows()[0].verdict == "refused by a gate (budget)"

@@ -55,6 +55,7 @@ PLAYBOOKS = {
     "deploy_secondary",
     "deploy_large",
     "deploy_fleet",
+    "plan",
     "rollback",
     "payload_purge",
     "probe",

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, DeviceLedger
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import FILE, PayloadName
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import BootLedger
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import Shape, ShapeError, resolve_path
 
@@ -126,6 +127,11 @@ class Runtime:
     def price(self, shape: Any, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
         """Every device's terms and every rule's verdict for a shape of this runtime."""
         raise NotImplementedError
+
+    def payload_names(self, shape: Any) -> list[PayloadName]:
+        """The payload paths a shape of this runtime names, each with its shape key: what the
+        payload identity check ties to the endpoint's manifest. Default: the model file."""
+        return [PayloadName("model_file", shape.model_file, FILE)] if shape.model_file else []
 
     def prices_on_controller(self, shape: Any) -> bool:
         """Whether the controller can price the shape without the host (no payload read)."""

@@ -24,6 +24,7 @@ docs/vram_budget.md ("halogen") says what the seeds do not give.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import stat
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from typing import Any, ClassVar
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, DeviceLedger, Verdict, _capacity_verdicts
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader, add_extra_terms, client_verdicts
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import DIRECTORY, PayloadName
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import AlertRule, ArgvError, Panel, RefusalContract, Runtime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import NUM, BootLedger, to_float, to_int
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import (
@@ -372,6 +374,13 @@ class Halogen(Runtime):
 
     def price(self, shape: Any, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
         return _price_halogen(shape, devices, payload, boots)
+
+    def payload_names(self, shape: Any) -> list[PayloadName]:
+        # The engine reads its tokenizer from HALOGEN_TOKENIZER, a directory of the payload holding
+        # every tokenizer_files name; its weights path is not a shape key.
+        folder = shape.tokenizer_dir
+        files = [PayloadName(f"tokenizer_files[{index}]", posixpath.join(folder, name)) for index, name in enumerate(shape.tokenizer_files)]
+        return [PayloadName("tokenizer_dir", folder, DIRECTORY), *files]
 
     def prices_on_controller(self, shape: Any) -> bool:
         # Every term is declared in the shape: nothing is read on the host to price it.

@@ -17,12 +17,14 @@ Rules kept here so no inventory can forget them:
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, graph_law, kv_law, placement, rules
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import SPLIT_NAME_RE
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import (
     BudgetResult,
     DeviceLedger,
@@ -33,6 +35,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger impo
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.placement import HOST, assign_layers
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader, add_extra_terms, client_verdicts
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import PayloadName
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import AlertRule, Panel, RefusalContract, Runtime, json_flag, serving
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import SIZE, BootLedger, LlamaCppKvLine
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import (
@@ -249,6 +252,20 @@ def llamacpp_argv(shape: LlamaCppShape, model_root: str = "", binary: str = "/us
 
 
 # --- the ledger ----------------------------------------------------------------------------------
+
+
+def gguf_names(field: str, path: str | None) -> list[PayloadName]:
+    """A GGUF the shape names and, for the first part of a split set, every other part llama.cpp
+    opens beside it (STEM-0000K-of-0000N.gguf, never concatenated)."""
+    if not path:
+        return []
+    names = [PayloadName(field, path)]
+    match = SPLIT_NAME_RE.match(posixpath.basename(path))
+    if match and int(match.group("no")) == 1:
+        count, folder, stem = int(match.group("count")), posixpath.dirname(path), match.group("stem")
+        for no in range(2, count + 1):
+            names.append(PayloadName(f"{field} (split part {no} of {count})", posixpath.join(folder, f"{stem}-{no:05d}-of-{count:05d}.gguf")))
+    return names
 
 
 def _price_llamacpp(shape: LlamaCppShape, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
@@ -741,6 +758,13 @@ class LlamaCpp(Runtime):
 
     def price(self, shape: Any, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
         return _price_llamacpp(shape, devices, payload, boots)
+
+    def payload_names(self, shape: Any) -> list[PayloadName]:
+        # Every file llama-server opens: the model (each part of a split set), --mmproj,
+        # --model-draft and --chat-template-file.
+        names = gguf_names("model_file", shape.model_file) + gguf_names("drafter", shape.drafter)
+        names += [PayloadName(field, path) for field, path in (("projector", shape.projector), ("chat_template_file", shape.chat_template_file)) if path]
+        return names
 
     def parse_boot_line(self, line: str, ledger: BootLedger) -> None:
         _parse_llamacpp_line(line, ledger)

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, DeviceLedger, Verdict, _capacity_verdicts
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader, add_extra_terms, client_verdicts
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import FILE, PayloadName
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import AlertRule, Panel
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import NUM, BootLedger, to_float, to_int
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.vllm import Vllm, VllmShape
@@ -272,6 +273,10 @@ class Radiance(Vllm):
 
     def price(self, shape: Any, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
         return _price_radiance(shape, devices, payload, boots)
+
+    def payload_names(self, shape: Any) -> list[PayloadName]:
+        # The fork serves one .rad container file, not vLLM's Hugging Face directory.
+        return [PayloadName("model_file", shape.model_file, FILE)] if shape.model_file else []
 
     def prices_on_controller(self, shape: Any) -> bool:
         # Every term is declared in the shape (the pair and the budget table).

@@ -18,6 +18,8 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry im
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, devices_from
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import IdentityReport, PayloadName, check_identity
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import Manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes import halogen, llamacpp, radiance, vllm
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import ArgvError, Runtime
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import BootLedger
@@ -129,6 +131,17 @@ def price_shape(
         return driver_of(typed).price(typed, ledgers, payload, list(boots or []))
     except (SizeError, kv_law.KvLawError) as exc:
         raise ShapeError(str(exc)) from None
+
+
+def payload_names(shape: Shape | Any) -> list[PayloadName]:
+    """The payload paths a shape (typed, or a mapping parsed here) names, by its runtime's driver."""
+    typed = parse_shape(shape)
+    return driver_of(typed).payload_names(typed)
+
+
+def payload_identity(shape: Shape | Any, manifest: Manifest) -> IdentityReport:
+    """Every payload path the shape names against the endpoint's pinned manifest."""
+    return check_identity(payload_names(shape), manifest)
 
 
 def prices_on_controller(raw: Any) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import calibration, expert_arena, kv_law, rules
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import BudgetResult, DeviceLedger, Verdict, _capacity_verdicts
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.pricing import PayloadReader, add_extra_terms, client_verdicts
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import DIRECTORY, FILE, PayloadName
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.base import AlertRule, Panel, RefusalContract, Runtime, json_flag, serving
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.boot_ledger import NUM, SIZE, BootLedger, to_float, to_int
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import (
@@ -548,6 +549,16 @@ class Vllm(Runtime):
 
     def price(self, shape: Any, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
         return _price_vllm(shape, devices, payload, boots)
+
+    def payload_names(self, shape: Any) -> list[PayloadName]:
+        # --model is a Hugging Face directory ('.' the payload directory itself) whose config.json
+        # the engine reads first, or a single GGUF file. A drafter in speculative_config is passed to
+        # the engine as written (a Hub id or the engine's own path), so it is not a payload name here.
+        if not shape.model_file:
+            return []
+        if str(shape.model_file).endswith(".gguf"):
+            return [PayloadName("model_file", shape.model_file, FILE)]
+        return [PayloadName("model_file", shape.model_file, DIRECTORY, ("config.json",))]
 
     def prices_on_controller(self, shape: Any) -> bool:
         # Priced from its calibration: nothing is read from the host.

@@ -1,0 +1,126 @@
+"""The fleet plan (playbooks/plan.yml) as an operator runs it: ansible-playbook on a fleet whose
+first endpoint is refused. The second is still priced and its ledger printed, one table names
+both verdicts, the run exits non-zero, and no host is contacted (the machines do not exist, and an
+`ssh` on PATH that records being run stays unrun) nor any vaulted value read (no vault password
+is given, and both endpoints carry a vaulted key)."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+# Every test here runs ansible-playbook: the slow tier.
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+FIXTURE = ROOT / "tests" / "unit" / "fixtures" / "plan_fleet"
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    copy = tmp_path / "fleet"
+    shutil.copytree(FIXTURE, copy)
+    return copy
+
+
+def plan(tmp_path, *argv, playbook="playbooks/plan.yml"):
+    """ansible-playbook with an `ssh` (and `scp`, `sftp`) first on PATH that only leaves a mark."""
+    fake = tmp_path / "fake-bin"
+    fake.mkdir(exist_ok=True)
+    marks = tmp_path / "ssh-attempts"
+    for tool in ("ssh", "scp", "sftp"):
+        (fake / tool).write_text(f'#!/bin/sh\necho "$0 $*" >> {marks}\nexit 255\n')
+        (fake / tool).chmod(0o755)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{fake}:{BIN}:{os.environ['PATH']}"}
+    env.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
+    proc = subprocess.run([str(BIN / "ansible-playbook"), playbook, *argv], capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+    return proc, marks
+
+
+def table(stdout):
+    """The FLEET PLAN table's rows: endpoint -> (verdict and detail)."""
+    lines = stdout[stdout.index("Fleet plan (priced only") :].splitlines()
+    rows = {}
+    for line in lines[3:]:
+        if not line.strip():
+            break
+        name, rest = line.split(None, 1)
+        rows[name] = rest
+    return rows
+
+
+def test_a_refused_first_endpoint_leaves_the_second_priced_and_the_run_failed(tmp_path, fleet):
+    proc, marks = plan(tmp_path, "-i", str(fleet))
+    out = proc.stdout
+    assert proc.returncode == 2, out[-3000:] + proc.stderr
+    assert not marks.exists(), marks.read_text()
+    assert "UNREACHABLE" not in out and "unreachable=0" in out
+    rows = table(out)
+    assert list(rows) == ["plan-refused", "plan-fits"]
+    assert rows["plan-refused"].startswith("refused by a gate (budget)")
+    assert "model_file: 'Qwen3-8B-Q4_K_M.ggfu' is not in the manifest; did you mean 'Qwen3-8B-Q4_K_M.gguf'?" in rows["plan-refused"]
+    assert rows["plan-fits"].startswith("fits") and "payload identity checked" in rows["plan-fits"]
+    # The second endpoint's ledger, printed in full: its split parts and projector were found in its manifest.
+    ledger = out[out.index("TASK [frank.llm_fleet.endpoint : Show the ledger - plan-fits]") :]
+    assert "ok: [plan-fits]" in ledger and "projector" in ledger and "'fits: yes'" in ledger
+    assert "(model_file, projector: 3 paths) is in the" in " ".join(ledger.split())
+
+
+def test_a_shape_over_its_card_is_refused_by_the_budget_and_the_next_still_priced(tmp_path, fleet):
+    host_vars = fleet / "host_vars" / "plan-refused.yml"
+    data = yaml.safe_load(host_vars.read_text().split("# Vaulted", 1)[0])
+    data["endpoint_shape"]["model_file"] = "Qwen3-8B-Q4_K_M.gguf"
+    data["endpoint_shape"]["ctx_size"] = 1048576
+    host_vars.write_text(yaml.safe_dump(data))
+    proc, marks = plan(tmp_path, "-i", str(fleet))
+    assert proc.returncode == 2 and not marks.exists(), proc.stdout[-3000:]
+    rows = table(proc.stdout)
+    assert rows["plan-refused"].startswith("refused by a gate (budget)") and "gpu0" in rows["plan-refused"] and "MiB" in rows["plan-refused"]
+    assert rows["plan-fits"].startswith("fits")
+
+
+def test_a_shape_the_controller_cannot_price_is_refused_naming_what_to_declare(tmp_path, fleet):
+    host_vars = fleet / "host_vars" / "plan-refused.yml"
+    text = host_vars.read_text()
+    data = yaml.safe_load(text.split("# Vaulted", 1)[0])
+    del data["endpoint_shape"]["model_geometry"]
+    host_vars.write_text(yaml.safe_dump(data))
+    proc, marks = plan(tmp_path, "-i", str(fleet))
+    assert proc.returncode == 2 and not marks.exists(), proc.stdout[-3000:]
+    rows = table(proc.stdout)
+    assert rows["plan-refused"].startswith("refused by a gate (budget)")
+    assert "never contacts plan-refused.unreachable.invalid" in rows["plan-refused"] and "give model_geometry" in rows["plan-refused"]
+    assert rows["plan-fits"].startswith("fits")
+
+
+def test_the_production_fleet_plan_and_its_budget_check_contact_no_host(tmp_path):
+    proc, marks = plan(tmp_path, "-i", "inventories/production")
+    assert proc.returncode == 0 and not marks.exists(), proc.stdout[-3000:]
+    assert [row.split()[0] for row in table(proc.stdout).values()] == ["fits", "fits", "fits"]
+    # The documented check through deploy_fleet.yml: the companions' fact gathering is skipped too.
+    proc, marks = plan(tmp_path, "-i", "inventories/production", "--check", "--tags", "budget", playbook="playbooks/deploy_fleet.yml")
+    assert proc.returncode == 0 and not marks.exists(), proc.stdout[-3000:]
+    assert "UNREACHABLE" not in proc.stdout and re.search(r"TASK \[Gathering Facts\] \**\nskipping: \[webhook-relay\]", proc.stdout)
+
+
+def test_the_installed_collection_plans_the_fleet_by_its_fqcn(collection_tarball, tmp_path, fleet):
+    # Installed as a user installs it, run from outside the checkout with nothing of it on the paths
+    # (no ansible.cfg: the plan table is the callback enabled as its documentation says).
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_") and key != "PYTHONPATH"}
+    env.update(HOME=str(tmp_path), PATH=f"{BIN}:{os.environ['PATH']}")
+    install = [str(BIN / "ansible-galaxy"), "collection", "install", "--offline", str(collection_tarball)]
+    assert subprocess.run(install, capture_output=True, text=True, cwd=tmp_path, env=env, check=False).returncode == 0
+    env["ANSIBLE_CALLBACKS_ENABLED"] = "frank.llm_fleet.deploy_plan"
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "frank.llm_fleet.plan", "-i", str(fleet)], capture_output=True, text=True, cwd=tmp_path, env=env, check=False
+    )
+    assert proc.returncode == 2 and "UNREACHABLE" not in proc.stdout, proc.stdout[-3000:] + proc.stderr
+    rows = table(proc.stdout)
+    assert rows["plan-refused"].startswith("refused by a gate (budget)") and "did you mean 'Qwen3-8B-Q4_K_M.gguf'?" in rows["plan-refused"]
+    assert rows["plan-fits"].startswith("fits")
