@@ -90,6 +90,8 @@ def test_a_shape_the_controller_cannot_price_is_refused_naming_what_to_declare(t
     text = host_vars.read_text()
     data = yaml.safe_load(text.split("# Vaulted", 1)[0])
     del data["endpoint_shape"]["model_geometry"]
+    # Not from the Hub either (the next test prices such a shape from the Hub emulator).
+    data["endpoint_hub_pricing"] = "never"
     host_vars.write_text(yaml.safe_dump(data))
     proc, marks = plan(tmp_path, "-i", str(fleet))
     assert proc.returncode == 2 and not marks.exists(), proc.stdout[-3000:]
@@ -124,3 +126,42 @@ def test_the_installed_collection_plans_the_fleet_by_its_fqcn(collection_tarball
     rows = table(proc.stdout)
     assert rows["plan-refused"].startswith("refused by a gate (budget)") and "did you mean 'Qwen3-8B-Q4_K_M.gguf'?" in rows["plan-refused"]
     assert rows["plan-fits"].startswith("fits")
+
+
+def test_a_shape_with_no_geometry_is_priced_from_the_hub_before_any_download(tmp_path, fleet, monkeypatch):
+    """The refused endpoint of the fixture loses its model_geometry and names a model the Hub
+    emulator serves: the plan reads its header by range requests (roles/endpoint/tasks/hub_geometry.yml)
+    and prices it on the controller, with no payload anywhere and no host contacted."""
+    sys.path.insert(0, str(ROOT / "lab"))
+    import make_tiny_gguf
+    from hub_emulator import HubEmulator
+
+    model = tmp_path / "tiny.gguf"
+    make_tiny_gguf.write_model(make_tiny_gguf.GEOMETRIES[0], model)
+    emulator = HubEmulator().start()
+    try:
+        emulator.add_file("lab/tiny-models", "tiny.gguf", model, "lfs")
+        host_vars = fleet / "host_vars" / "plan-refused.yml"
+        data = yaml.safe_load(host_vars.read_text().split("# Vaulted", 1)[0])
+        del data["endpoint_shape"]["model_geometry"]
+        data["endpoint_shape"].update(model_file="tiny.gguf", ctx_size=4096)
+        data["endpoint_payload_manifest"] = {
+            "repo_id": "lab/tiny-models",
+            "revision": emulator.repos["lab/tiny-models"].commit,
+            "files": [{"path": "tiny.gguf", "size": model.stat().st_size, "sha256": "0" * 64, "lfs": True}],
+        }
+        host_vars.write_text(yaml.safe_dump(data))
+        monkeypatch.setenv("HF_ENDPOINT", emulator.hub_url)
+        proc, marks = plan(tmp_path, "-i", str(fleet))
+        served = sum(emulator.bytes_served.values())
+    finally:
+        emulator.stop()
+    out = proc.stdout
+    assert proc.returncode == 0 and not marks.exists(), out[-3000:] + proc.stderr
+    rows = table(out)
+    assert rows["plan-refused"].startswith("fits"), rows
+    assert rows["plan-fits"].startswith("fits"), rows
+    ledger = out[out.index("TASK [frank.llm_fleet.endpoint : Show the ledger - plan-refused]") :]
+    assert "'fits: yes'" in ledger, ledger[:2000]
+    # The geometry came from the Hub: the emulator sent the header's bytes.
+    assert served > 0
