@@ -13,15 +13,14 @@ import time
 
 import pytest
 import yaml
-from lab_host import BIN, HOST, ROOT, env, failures, lab_shape, on_host, playbook, require_lab_host, served
-from lab_qualify import PORT, slot_ctx, wait_ctx
+from lab_host import BIN, ROOT, env, failures, lab_shape, on_host, playbook, require_lab_host, served
+from lab_qualify import PORT, UNIT_PATH, deployed, exists, slot_ctx, wait_ctx
 
 pytestmark = pytest.mark.lab
 
 require_lab_host()
 
 ENDPOINT = "frank-secondary"
-UNIT_PATH = f"/etc/systemd/system/{ENDPOINT}.service"
 # 81920 over 2 slots asks 40960 per slot, past the tiny model's n_ctx_train (32768): the engine
 # boots but caps the slot, so the window leg's prompt is refused; 65536 (32768 per slot) survives;
 # the +4096 bonus rung (34816 per slot) is capped again and its decode cannot reach the window.
@@ -41,16 +40,6 @@ CLIENT = {"client_max_tokens": 64, "client_sampler": {"temperature": 0.6, "top_p
 SWITCH_S = 30
 # The restore's boot after the switch fired (podman start and the tiny model's load on a loaded lab).
 BOOT_BOUND_S = 45
-
-
-def exists(path: str) -> bool:
-    return subprocess.run(["podman", "exec", HOST, "test", "-e", path], env=env(), check=False).returncode == 0
-
-
-def deployed() -> None:
-    """frank-secondary serving with a last-known-good record, else deployed first."""
-    if slot_ctx() is None or not exists(f"/var/lib/llm-fleet/{ENDPOINT}/last-good.json"):
-        subprocess.run([str(BIN / "ansible-playbook"), "playbooks/deploy_secondary.yml"], cwd=ROOT, env=env(), check=True, capture_output=True)
 
 
 def stores(tmp_path):
