@@ -51,6 +51,21 @@ options:
     description: More request fields (the lab's random-weight models need C(ignore_eos)).
     type: dict
     default: {}
+  battery:
+    description:
+      - Ask the quality gate's battery instead of the A/B's shapes (M(frank.llm_fleet.qualify_quality_compare)) -
+        its short prompts, and a needle at O(needle_depth) of a filler filling O(needle_fill) of the
+        request window (sized by the engine's own token count).
+    type: bool
+    default: false
+  needle_fill:
+    description: The share of the request window the needle's filler fills.
+    type: float
+    default: 0.75
+  needle_depth:
+    description: Where the needle sits in the filler (0 - the start, 1 - the end).
+    type: float
+    default: 0.5
   host:
     description: The address the engine answers on.
     type: str
@@ -79,9 +94,11 @@ run:
 """
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import reasoning_map
-from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import Endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.capacity_probe import ProbeError, tokens_per_char
+from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.openai_client import ApiError, Endpoint
 from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.probe import free_reader
+from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.quality import BATTERY, NEEDLE, needle_prompt
 from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.spec_ab import ask_shapes
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
@@ -94,7 +111,11 @@ def core(call) -> dict:
         return {"changed": False, "run": {}, "msg": "check mode: nothing sent"}
     endpoint = Endpoint(f"http://{p['host']}:{shape.port}", p["api_key"] or None)
     no_thinking = reasoning_map(shape).get("none", {})
-    run = ask_shapes(endpoint, shape.served_id, p["salt"], p["max_tokens"], p["sampling"], p["extra_body"], no_thinking, free_reader(call.host.query))
+    prompts = None
+    if p["battery"]:
+        filler_chars = int(shape.request_ceiling * p["needle_fill"] / tokens_per_char(endpoint, shape.served_id))
+        prompts = {**BATTERY, NEEDLE: needle_prompt(p["salt"], filler_chars, p["needle_depth"])}
+    run = ask_shapes(endpoint, shape.served_id, p["salt"], p["max_tokens"], p["sampling"], p["extra_body"], no_thinking, free_reader(call.host.query), prompts)
     return {"changed": False, "run": run}
 
 
@@ -106,11 +127,14 @@ def main() -> None:
             "max_tokens": {"type": "int", "default": 96},
             "sampling": {"type": "dict", "default": {"temperature": 0}},
             "extra_body": {"type": "dict", "default": {}},
+            "battery": {"type": "bool", "default": False},
+            "needle_fill": {"type": "float", "default": 0.75},
+            "needle_depth": {"type": "float", "default": 0.5},
             "host": {"type": "str", "default": "127.0.0.1"},
             "api_key": {"type": "str", "default": "", "no_log": True},
         },
         core,
-        errors=(ShapeError,),
+        errors=(ShapeError, ValueError, ApiError, ProbeError),
     )
 
 

@@ -45,19 +45,27 @@ def copy_ratio(text: str) -> float:
 
 
 def ask(
-    endpoint: Endpoint, model: str, shape: str, salt: str, max_tokens: int, sampling: dict[str, Any], extra: dict[str, Any], no_thinking: dict[str, Any]
+    endpoint: Endpoint,
+    model: str,
+    shape: str,
+    text: str,
+    salt: str,
+    max_tokens: int,
+    sampling: dict[str, Any],
+    extra: dict[str, Any],
+    no_thinking: dict[str, Any],
 ) -> dict[str, Any]:
-    """One shape's chat completion: its text, tokens, decode tok/s and the engine's draft counts."""
+    """One prompt's chat completion: its text, tokens, decode tok/s and the engine's draft counts."""
     body: dict[str, Any] = {
         **extra,
         **sampling,
         "model": model,
-        "messages": [{"role": "user", "content": f"[{salt}] {SHAPES[shape]}"}],
+        "messages": [{"role": "user", "content": f"[{salt}] {text}"}],
         "max_tokens": max_tokens,
         "stream": False,
     }
-    if shape in NO_THINKING:
-        body.update(no_thinking)
+    if shape not in SHAPES or shape in NO_THINKING:
+        body.update(no_thinking)  # answers that must be content: every prompt but prose
     started = time.monotonic()
     try:
         answer = request_json(endpoint, "POST", "/v1/chat/completions", body, timeout=600)
@@ -87,11 +95,13 @@ def ask_shapes(
     extra: dict[str, Any],
     no_thinking: dict[str, Any],
     read_free: FreeReader,
+    prompts: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Every shape against the configuration serving now, memory sampled throughout."""
+    """Every prompt (the A/B's shapes unless given) against the configuration serving now, memory
+    sampled throughout."""
     free_at_boot = read_free()
     with MemorySampler(read_free) as memory:
-        answers = [ask(endpoint, model, shape, salt, max_tokens, sampling, extra, no_thinking) for shape in SHAPES]
+        answers = [ask(endpoint, model, name, text, salt, max_tokens, sampling, extra, no_thinking) for name, text in (prompts or SHAPES).items()]
     return {"answers": answers, "free_at_boot": free_at_boot, "free_under_load": memory.least}
 
 
