@@ -10,7 +10,7 @@ module: qualify_spec_compare
 short_description: Judge a speculative-decoding A/B - identical greedy text across configurations, no empty answer
 version_added: 0.5.0
 description:
-  - Compares each prompt shape's text across the configurations of C(playbooks/spec_ab.yml): a
+  - Compares each prompt shape's text across the configurations of C(playbooks/spec_ab.yml) - a
     configuration whose text differs from the first one's, an empty answer, an error answer or a
     configuration that did not boot fails the task, naming each.
   - Writes the table (config, shape, tokens, decode tok/s, acceptance, copy ratio, free memory at
