@@ -60,6 +60,10 @@ PLAYBOOKS = {
     "probe",
     "bench",
     "browser_gate",
+    "qualify",
+    "spec_ab",
+    "sweep",
+    "quality_gate",
 }
 
 
