@@ -24,7 +24,7 @@ def gate(tmp_path, candidate):
         tmp_path,
         "quality_gate.yml",
         limit=ENDPOINT,
-        extra_vars={"quality_candidate": candidate, "qualify_results_dir": str(results), "qualify_deadman_seconds": 300, "spec_ab_max_tokens": 32},
+        extra_vars={"qualify_quality_candidate": candidate, "qualify_results_dir": str(results), "qualify_deadman_seconds": 300, "qualify_spec_max_tokens": 32},
     )
     return rc, out, results
 

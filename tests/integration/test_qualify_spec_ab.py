@@ -28,7 +28,7 @@ def run(tmp_path, configs):
         tmp_path,
         "spec_ab.yml",
         limit=ENDPOINT,
-        extra_vars={"spec_ab_configs": configs, "qualify_results_dir": str(results), "qualify_deadman_seconds": 300, "spec_ab_max_tokens": 48},
+        extra_vars={"qualify_spec_configs": configs, "qualify_results_dir": str(results), "qualify_deadman_seconds": 300, "qualify_spec_max_tokens": 48},
     )
     return rc, out, results
 

@@ -27,7 +27,13 @@ def test_an_infeasible_cell_is_recorded_and_skipped_and_the_service_comes_back(t
         tmp_path,
         "sweep.yml",
         limit=ENDPOINT,
-        extra_vars={"sweep_cells": CELLS, "qualify_results_dir": str(results), "qualify_deadman_seconds": 300, "sweep_prompt_tokens": 1024, "sweep_reps": 2},
+        extra_vars={
+            "qualify_sweep_cells": CELLS,
+            "qualify_results_dir": str(results),
+            "qualify_deadman_seconds": 300,
+            "qualify_sweep_prompt_tokens": 1024,
+            "qualify_sweep_reps": 2,
+        },
     )
     assert rc == 0, failures(out)
     print(f"\n{(results / f'{ENDPOINT}.sweep.txt').read_text()}")
