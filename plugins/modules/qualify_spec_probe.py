@@ -124,7 +124,7 @@ def main() -> None:
         {
             "shape": {"type": "dict", "required": True},
             "salt": {"type": "str", "required": True},
-            "max_tokens": {"type": "int", "default": 96},
+            "max_tokens": {"type": "int", "default": 96, "no_log": False},
             "sampling": {"type": "dict", "default": {"temperature": 0}},
             "extra_body": {"type": "dict", "default": {}},
             "battery": {"type": "bool", "default": False},

@@ -94,8 +94,8 @@ def main() -> None:
     run_module(
         {
             "shape": {"type": "dict", "required": True},
-            "prompt_tokens": {"type": "int", "default": 2048},
-            "decode_tokens": {"type": "int", "default": 64},
+            "prompt_tokens": {"type": "int", "default": 2048, "no_log": False},
+            "decode_tokens": {"type": "int", "default": 64, "no_log": False},
             "reps": {"type": "int", "default": 3},
             "host": {"type": "str", "default": "127.0.0.1"},
             "api_key": {"type": "str", "default": "", "no_log": True},
