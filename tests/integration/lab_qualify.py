@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from lab_host import HOST, ROOT, env
+from lab_host import BIN, HOST, ROOT, env
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.deadman import DeadMan
 from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.ladder import Search, next_value
@@ -21,6 +21,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry 
 
 UNIT = "frank-secondary.service"
 PORT = 7771
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 
 
 def host(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -168,3 +169,13 @@ def run_ladder(search: Search, shape: dict, devices: list[dict], switch_s: int =
         timing["restore_s"] = time.monotonic() - started
         host("rm", "-f", switch.saved_path, check=False)
     return rungs, timing
+
+
+def exists(path: str) -> bool:
+    return subprocess.run(["podman", "exec", HOST, "test", "-e", path], env=env(), check=False).returncode == 0
+
+
+def deployed() -> None:
+    """frank-secondary serving with a last-known-good record, else deployed first."""
+    if slot_ctx() is None or not exists("/var/lib/llm-fleet/frank-secondary/last-good.json"):
+        subprocess.run([str(BIN / "ansible-playbook"), "playbooks/deploy_secondary.yml"], cwd=ROOT, env=env(), check=True, capture_output=True)

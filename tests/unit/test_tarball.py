@@ -61,6 +61,10 @@ PLAYBOOKS = {
     "probe",
     "bench",
     "browser_gate",
+    "qualify",
+    "spec_ab",
+    "sweep",
+    "quality_gate",
 }
 
 

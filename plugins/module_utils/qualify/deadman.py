@@ -14,7 +14,12 @@ Argv lists only; the restore runs /bin/cp and systemctl directly, no shell.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 SUFFIX = ".qualify-last-good"
 
@@ -71,3 +76,62 @@ class DeadMan:
     def reset_argv(self) -> list[str]:
         """Forget a fired or failed transient unit, so the next arm may reuse the name."""
         return ["systemctl", "reset-failed", f"{self.name}.timer", f"{self.name}.service"]
+
+    def restore_argv(self) -> list[list[str]]:
+        """What the switch runs when it fires, for the controller to run itself when its own
+        restore through the gates failed."""
+        return [
+            ["/bin/cp", "--preserve=mode", self.saved_path, self.unit_path],
+            ["/bin/systemctl", "daemon-reload"],
+            ["/bin/systemctl", "restart", self.unit],
+        ]
+
+    def timer_active_argv(self) -> list[str]:
+        return ["systemctl", "is-active", "--quiet", f"{self.name}.timer"]
+
+
+STATES = ("saved", "armed", "restored", "absent")
+
+
+def apply(host: Host, switch: DeadMan, state: str) -> dict[str, Any]:
+    """Put the switch in `state` on the host:
+
+    - saved: the production unit file copied beside itself, once per window (refused while an
+      earlier window's switch is still armed: its copy is the last-good one, not this unit);
+    - armed: the timer stopped and armed again for `seconds` (before every rung);
+    - restored: the switch's own restore, run now (the controller's fallback);
+    - absent: the timer stopped and the saved copy removed (the window closed, the unit restored).
+    """
+    if state not in STATES:
+        raise StepError(f"state {state!r}: use one of {', '.join(STATES)}", {})
+    result: dict[str, Any] = {"changed": True, "timer": f"{switch.name}.timer", "saved_path": switch.saved_path}
+    if state == "saved":
+        if host.query(switch.timer_active_argv())[0] == 0:
+            raise StepError(
+                f"{switch.name}.timer is armed: an earlier qualification window of {switch.unit} is still open (its controller may have "
+                f"died); wait {switch.seconds} s for it to restore {switch.saved_path}, or run the playbook's restore, then try again",
+                result,
+            )
+        _must(host, switch.save_argv())
+    elif state == "armed":
+        if not host.check_mode and not os.path.exists(switch.saved_path):
+            raise StepError(f"{switch.saved_path} is missing: save the unit (state: saved) before arming the switch", result)
+        host.change(switch.disarm_argv())  # exit 5: nothing was armed
+        host.change(switch.reset_argv())
+        _must(host, switch.arm_argv())
+        result["fires_in_s"] = switch.seconds
+    elif state == "restored":
+        for argv in switch.restore_argv():
+            _must(host, argv)
+    else:
+        host.change(switch.disarm_argv())
+        host.change(switch.reset_argv())
+        host.remove(switch.saved_path)
+    result["actions"] = list(host.actions)
+    return result
+
+
+def _must(host: Host, argv: list[str]) -> None:
+    rc, out, err = host.change(argv)
+    if rc != 0:
+        raise StepError(f"{' '.join(argv)} exited {rc}: {(err or out).strip()[-300:]}", {"actions": list(host.actions)})
