@@ -89,7 +89,7 @@ class VllmShape(Shape):
     )
     kv_reserve_per_token: int = key(
         "int",
-        "Budget - the expert planner's KV reserve per token of max_model_len, bytes (seeds/004: 9190).",
+        "Budget - the expert planner's KV reserve per token of max_model_len, bytes (e.g. 9190).",
         default=9190,
         minimum=1,
         maximum=1 << 24,
@@ -128,6 +128,8 @@ class VllmShape(Shape):
 
     @classmethod
     def check_values(cls, values: dict[str, Any]) -> None:
+        if values.get("kv_cache_dtype") is not None and str(values["kv_cache_dtype"]).lower() not in kv_law.VLLM_KV_DTYPES:
+            raise ShapeError(f"kv_cache_dtype: unknown vLLM KV dtype {values['kv_cache_dtype']!r}; expected one of {', '.join(kv_law.VLLM_KV_DTYPES)}")
         if values.get("expert_precise_memory") and not values.get("expert_offload"):
             raise ShapeError("expert_precise_memory: sizes the expert offload arena; set expert_offload: true or remove it")
 
