@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -93,13 +94,23 @@ def is_vaulted(value: Any) -> bool:
     return isinstance(value, Vaulted) or (isinstance(value, dict) and set(value) == {"__ansible_vault"})
 
 
+def shown(path: str | Path) -> str:
+    """A path as the person wrote it: relative to the current directory when under it."""
+    text = str(path)
+    try:
+        relative = os.path.relpath(text)
+    except ValueError:
+        return text
+    return relative if not relative.startswith("..") else text
+
+
 def origin_of(value: Any) -> str | None:
     """Where Ansible read a value: 'PATH:LINE', or None where it does not know."""
     tag = Origin.get_tag(value) if Origin is not None else None
     path = getattr(tag, "path", None)
     if not path:
         return None
-    return f"{path}:{tag.line_num}" if getattr(tag, "line_num", None) else str(path)
+    return f"{shown(path)}:{tag.line_num}" if getattr(tag, "line_num", None) else shown(path)
 
 
 def shape_field(exc: ShapeError) -> str:
@@ -179,7 +190,7 @@ def key_line(path: Path, key: str) -> str | None:
     pattern = re.compile(rf"^\s*{re.escape(key)}\s*:")
     for number, line in enumerate(lines, 1):
         if pattern.match(line):
-            return f"{path}:{number}"
+            return f"{shown(path)}:{number}"
     return None
 
 
