@@ -72,7 +72,7 @@ def user(tmp_path_factory, collection_tarball):
 
 def fleet(user, name: str) -> Path:
     """The installed example, copied into the user's directory, its machines this one (local)."""
-    collection, work, _ = user
+    collection, work = user[0], user[1]
     inventory = work / name
     shutil.copytree(collection / "inventories" / "example", inventory)
     group_vars = inventory / "group_vars" / "llm_endpoints.yml"
@@ -82,7 +82,7 @@ def fleet(user, name: str) -> Path:
 
 
 def run(user, *argv: str) -> subprocess.CompletedProcess:
-    _, work, env = user
+    work, env = user[1], user[2]
     return subprocess.run(list(argv), capture_output=True, text=True, cwd=work, env=env, check=False, timeout=300)
 
 
@@ -138,12 +138,12 @@ def report():
 
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_each_mistake_is_named_with_its_file_and_fix_by_the_playbook_and_the_cli(user, report, name):
-    _, field, fix = MISTAKES[name]
+    field, fix = MISTAKES[name][1:]
     inventory = make(user, name)
     rows = report.setdefault(name, {})
     if name == "a vaulted key with no vault password":
         # No password anywhere: the user's ansible.cfg, which names it, is set aside.
-        _, work, _ = user
+        work = user[1]
         (work / "ansible.cfg").rename(work / "ansible.cfg.off")
         try:
             budget = playbook(user, inventory, "--check", "--tags", "budget")
@@ -212,7 +212,7 @@ def test_the_cli_exits_2_naming_what_it_cannot_use(user, argv, said):
 def test_the_cli_uses_the_users_ansible_cfg_inventory(user):
     # No -i: the user's ansible.cfg names the inventory, as ansible-playbook would read it.
     inventory = fleet(user, "from-cfg")
-    _, work, _ = user
+    work = user[1]
     cfg = work / "ansible.cfg"
     saved = cfg.read_text()
     cfg.write_text(saved.replace("[defaults]\n", f"[defaults]\ninventory = {inventory.name}\n"))
