@@ -196,7 +196,11 @@ def cmd_budget(args: argparse.Namespace) -> int:
         key, sep, value = assignment.partition("=")
         if not sep:
             raise InputError(f"--set {assignment!r}: write KEY=VALUE")
-        shape[key] = yaml.safe_load(value)
+        try:
+            shape[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or exc
+            raise InputError(f"--set {assignment!r}: the value is not YAML ({problem}); quote it, e.g. --set '{key}=\"{value}\"'") from None
     try:
         result = price_shape(shape, hostvars.get("endpoint_devices"), args.payload_dir)
     except ShapeError as exc:
@@ -401,6 +405,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:
+    if not Path(args.dir).is_dir():
+        raise InputError(f"--dir {args.dir}: no calibration store there (the inventory's calibration directory, e.g. my-fleet/calibration)")
     boots = load_boots(args.dir, args.endpoint)
     rows = [compare_boot(boot, boots) for boot in boots]
     if args.json:
@@ -533,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # `llm-fleet ... | head`: the reader left; nothing to report.
         return 0
+    except OSError as exc:  # a path given that cannot be read or written
+        print(f"llm-fleet: {exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else f"llm-fleet: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a bug: say so in one line, the traceback on request
         if os.environ.get("LLM_FLEET_TRACEBACK"):
             raise

@@ -199,10 +199,13 @@ def test_the_cli_reads_a_vaulted_host_vars_file_without_a_traceback(user):
         (["budget", "-i", "no-such-inventory", "--endpoint", "x"], "-i no-such-inventory: no such inventory"),
         (["budget", "--endpoint", "nobody", "-i", "plain"], "nobody is not an endpoint of the inventory"),
         (["budget", "--shape", "ansible.cfg"], "ansible.cfg:2: not valid YAML"),
+        (["budget", "--shape", "plain/host_vars/my-vllm.yml", "--set", "kv_cache_dtype=[1"], "--set 'kv_cache_dtype=[1': the value is not YAML"),
+        (["bench", "render", "no-such.json"], "no-such.json: no bench result there"),
+        (["calibration", "--dir", "no-such-store"], "--dir no-such-store: no calibration store there"),
     ],
 )
 def test_the_cli_exits_2_naming_what_it_cannot_use(user, argv, said):
-    if "plain" in argv and not (user[1] / "plain").exists():
+    if any("plain" in arg for arg in argv) and not (user[1] / "plain").exists():
         fleet(user, "plain")
     proc = run(user, str(user[0] / "bin" / "llm-fleet"), *argv)
     assert proc.returncode == 2, proc.stdout + proc.stderr
