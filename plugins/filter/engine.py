@@ -20,13 +20,14 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry 
     prices_on_controller,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.user_errors import shape_problem_text
 
 
 def _shape(raw: dict[str, Any], name: str | None = None) -> dict[str, Any]:
     try:
         return parse_shape(raw, name).as_dict()
     except ShapeError as exc:
-        raise AnsibleFilterError(f"endpoint_shape: {exc}") from None
+        raise AnsibleFilterError(shape_problem_text(exc, raw)) from None
 
 
 def _engine_argv(shape: dict[str, Any], entry: list[str] | None = None, model_root: str = "", name: str | None = None, container: bool = False) -> list[str]:

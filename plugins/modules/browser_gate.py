@@ -102,11 +102,8 @@ options:
     type: dict
     default: {}
 notes:
+  - The verdict, the way-home rule and the report - docs/browser_gate.md in the collection.
   - Needs the Python package C(playwright) (requirements.txt) and Debian's C(chromium) (scripts/setup.sh).
-seealso:
-  - name: The browser gate
-    description: The verdict, the way-home rule and the report.
-    link: https://example.invalid/frank/llm_fleet/docs/browser_gate.md
 """
 
 EXAMPLES = r"""

@@ -36,14 +36,12 @@ options:
     type: path
     default: /sys
 notes:
+  - What is read, the laws and the limits - docs/gpu_facts.md in the collection.
   - Only reads; check mode runs it in full.
   - The device names follow llama.cpp's (C(CUDA0), C(ROCm0)) in the tool's order; see docs/gpu_facts.md
     for when an engine's order differs.
 seealso:
   - module: frank.llm_fleet.vram_budget
-  - name: GPU facts
-    description: What is read, the laws and the limits.
-    link: https://example.invalid/frank/llm_fleet/docs/gpu_facts.md
 """
 
 EXAMPLES = r"""

@@ -136,11 +136,8 @@ options:
     type: bool
     default: false
 notes:
+  - The manifest format and the rules the gate enforces - docs/hf_payload_gate.md in the collection.
   - Long fetches suit Ansible's C(async)/C(poll); read O(progress_file) while polling.
-seealso:
-  - name: Payload manifests and fetching
-    description: The manifest format and the rules the gate enforces.
-    link: https://example.invalid/frank/llm_fleet/docs/hf_payload_gate.md
 """
 
 EXAMPLES = r"""

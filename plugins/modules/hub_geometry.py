@@ -111,8 +111,8 @@ EXAMPLES = r"""
 
 - name: Or fill in only what the shape does not state
   frank.llm_fleet.hub_geometry:
-    repo_id: lab/tiny-llama-hf-h4kv2d32
-    model_file: tiny-llama-hf-h4kv2d32
+    repo_id: Qwen/Qwen3-8B
+    model_file: .
     shape: "{{ endpoint_shape }}"
   delegate_to: localhost
   register: hub_priced

@@ -1,7 +1,9 @@
 """Operator CLI for frank.llm_fleet: the same core the modules use, from a shell.
 
-From a checkout: bin/llm-fleet. From an installed collection (ansible-galaxy collection install):
-  PYTHONPATH=~/.ansible/collections python3 -m ansible_collections.frank.llm_fleet.plugins.plugin_utils.cli ...
+Run as bin/llm-fleet, in a checkout or in the installed collection
+(~/.ansible/collections/ansible_collections/frank/llm_fleet/bin/llm-fleet): it finds its
+collection from its own path. It works in the current directory: `-i` is relative to it, and
+ansible-inventory runs there, so that directory's ansible.cfg applies.
 
   llm-fleet budget --shape shape.yml [--set ctx_size=262144] [--svg ledger.svg] [--png ledger.png] [--json]
   llm-fleet budget --endpoint frank-secondary -i inventories/production   an inventory endpoint's shape and devices
@@ -26,7 +28,8 @@ the command line, and is sent to the Hub only.
 
 Exit status: 0 the shape fits / the payload is complete / every job answered / every stored boot
 agrees / every link passes, 1 it does not / is not / a job came back empty / a boot differs / a link
-fails, 2 invalid input.
+fails, 2 invalid input (a file, inventory, key or value that cannot be used: the message names it
+and the fix), 3 an error in llm-fleet itself (LLM_FLEET_TRACEBACK=1 shows where), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -75,6 +78,16 @@ from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts im
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.ledger_svg import render_svg
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.plots import render_ledger_png, render_stored_bench, write_bench_outputs
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.tree_writer import write_tree
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.user_errors import (
+    InputError,
+    inventory_file_of,
+    is_vaulted,
+    key_line,
+    load_host_vars,
+    missing_payload_text,
+    shape_field,
+    shape_problem_text,
+)
 
 # The collection root: the checkout, or the installed ansible_collections/frank/llm_fleet, whose
 # observability/exported series and inventories the commands read.
@@ -87,7 +100,9 @@ def inventory_path(inventory: str) -> str:
     path = Path(inventory)
     if path.is_absolute() or path.exists():
         return str(path.resolve())
-    return str((ROOT / inventory).resolve())
+    if (ROOT / inventory).exists():
+        return str((ROOT / inventory).resolve())
+    raise InputError(f"-i {inventory}: no such inventory in {os.getcwd()} (give its path, absolute or relative to this directory)")
 
 
 def _ansible_inventory_command() -> str:
@@ -100,10 +115,17 @@ def _ansible_inventory(inventory: str | None, *args: str) -> dict:
     argv = [_ansible_inventory_command(), *args]
     if inventory:
         argv += ["-i", inventory_path(inventory)]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    # In the user's own directory: their ansible.cfg (default inventory, vault settings) applies.
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise InputError(f"cannot run {argv[0]} ({exc.strerror}): run llm-fleet with the Python that runs Ansible, or put ansible-inventory on PATH") from None
     if proc.returncode != 0:
-        raise SystemExit(f"llm-fleet: ansible-inventory {' '.join(args)} failed: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
+        raise InputError(f"ansible-inventory {' '.join(argv[1:])} failed: {proc.stderr.strip()}")
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise InputError(f"ansible-inventory {' '.join(argv[1:])} printed no inventory: {proc.stdout[:200]!r} {proc.stderr.strip()}") from None
 
 
 ENDPOINT_GROUP = "llm_endpoints"
@@ -128,33 +150,69 @@ def _inventory_endpoint(endpoint: str, inventory: str | None) -> dict:
     endpoints = endpoint_hostvars(_ansible_inventory(inventory, "--list"))
     if endpoint not in endpoints:
         known = ", ".join(endpoints) or "none"
-        raise SystemExit(f"llm-fleet: {endpoint} is not an endpoint of the inventory (a host of group {ENDPOINT_GROUP} with endpoint_shape; it has: {known})")
+        raise InputError(f"{endpoint} is not an endpoint of the inventory (a host of group {ENDPOINT_GROUP} with endpoint_shape; it has: {known})")
     return endpoints[endpoint]
 
 
+def _shape_key_origin(args: argparse.Namespace, field: str) -> str | None:
+    """The file and line that set a refused shape key (an --set override names itself)."""
+    if any(assignment.partition("=")[0] == field for assignment in args.set or []):
+        return f"--set {field}=..."
+    if args.shape:
+        return key_line(Path(args.shape), field) or key_line(Path(args.shape), "endpoint_shape")
+    if args.inventory:
+        inventory = Path(inventory_path(args.inventory))
+        return inventory_file_of(inventory, args.endpoint, field) or inventory_file_of(inventory, args.endpoint, "endpoint_shape")
+    return None
+
+
 def cmd_budget(args: argparse.Namespace) -> int:
+    where = None
     if args.shape:
         # The variables an endpoint's host_vars file holds: endpoint_shape and endpoint_devices.
-        hostvars = yaml.safe_load(Path(args.shape).read_text()) or {}
-        if not isinstance(hostvars, dict) or "endpoint_shape" not in hostvars:
-            raise SystemExit(f"llm-fleet: {args.shape}: write endpoint_shape and endpoint_devices, as an endpoint's host_vars file does")
+        hostvars = load_host_vars(args.shape)
+        if "endpoint_shape" not in hostvars:
+            raise InputError(f"{args.shape}: write endpoint_shape and endpoint_devices, as an endpoint's host_vars file does")
+        where = args.shape
     elif args.host or args.var:
-        raise SystemExit("llm-fleet: --host and --var are gone: every endpoint is an inventory host; write --endpoint NAME (docs/migration.md)")
+        raise InputError("--host and --var are gone: every endpoint is an inventory host; write --endpoint NAME (docs/migration.md)")
     elif args.endpoint:
         hostvars = _inventory_endpoint(args.endpoint, args.inventory)
+        where = f"host {args.endpoint}"
     else:
-        raise SystemExit("llm-fleet: give --shape FILE or --endpoint NAME")
+        raise InputError("give --shape FILE or --endpoint NAME")
+    if not isinstance(hostvars["endpoint_shape"], dict):
+        raise InputError(f"{where}: endpoint_shape is {type(hostvars['endpoint_shape']).__name__}, not a mapping of shape keys (docs/shape.md)")
+    vaulted = [f"endpoint_shape.{name}" for name, value in hostvars["endpoint_shape"].items() if is_vaulted(value)]
+    if is_vaulted(hostvars.get("endpoint_devices")):
+        vaulted.append("endpoint_devices")
+    if vaulted:
+        raise InputError(
+            f"{where}: {', '.join(vaulted)} is vaulted; the budget reads no secret: write the shape and devices in the clear "
+            "(vault only endpoint_api_key and endpoint_secret_environment)"
+        )
     shape = dict(hostvars["endpoint_shape"])
     for assignment in args.set or []:
         key, sep, value = assignment.partition("=")
         if not sep:
-            raise SystemExit(f"llm-fleet: --set {assignment!r}: write KEY=VALUE")
-        shape[key] = yaml.safe_load(value)
+            raise InputError(f"--set {assignment!r}: write KEY=VALUE")
+        try:
+            shape[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or exc
+            raise InputError(f"--set {assignment!r}: the value is not YAML ({problem}); quote it, e.g. --set '{key}=\"{value}\"'") from None
     try:
         result = price_shape(shape, hostvars.get("endpoint_devices"), args.payload_dir)
-    except (ShapeError, GGUFError, OSError) as exc:
-        print(f"llm-fleet: shape is invalid: {exc}", file=sys.stderr)
-        return 2
+    except ShapeError as exc:
+        problem = shape_problem_text(exc, shape, _shape_key_origin(args, shape_field(exc)))
+        raise InputError(problem if args.shape else f"{where}: {problem}") from None
+    except FileNotFoundError as exc:
+        if not args.payload_dir or not exc.filename:
+            raise InputError(f"{where}: {exc.filename or exc}: no such file") from None
+        problem = missing_payload_text(str(exc.filename), shape, args.payload_dir, lambda field: _shape_key_origin(args, field))
+        raise InputError(problem if args.shape else f"{where}: {problem}") from None
+    except (GGUFError, OSError) as exc:
+        raise InputError(f"{where}: {exc}") from None
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
@@ -267,17 +325,17 @@ def _progress(line: str) -> None:
 def _parse_arm(text: str, api_key: str | None) -> Arm:
     name, sep, rest = text.partition("=")
     if not sep or not rest:
-        raise SystemExit(f"llm-fleet: --arm {text!r}: write NAME=URL[,model=ID][,thinking=on|off]")
+        raise InputError(f"--arm {text!r}: write NAME=URL[,model=ID][,thinking=on|off]")
     url, *options = rest.split(",")
     fields = {}
     for option in options:
         key, sep, value = option.partition("=")
         if not sep or key not in ("model", "thinking"):
-            raise SystemExit(f"llm-fleet: --arm {name}: unknown option {option!r} (model=ID, thinking=on|off)")
+            raise InputError(f"--arm {name}: unknown option {option!r} (model=ID, thinking=on|off)")
         fields[key] = value
     thinking = {"on": True, "off": False, None: None}.get(fields.get("thinking"), "bad")
     if thinking == "bad":
-        raise SystemExit(f"llm-fleet: --arm {name}: thinking is on or off")
+        raise InputError(f"--arm {name}: thinking is on or off")
     endpoint = Endpoint(url, api_key)
     model = fields.get("model") or _served_model(endpoint)
     return Arm(name, endpoint, model, thinking)  # type: ignore[arg-type]
@@ -287,9 +345,9 @@ def _served_model(endpoint: Endpoint) -> str:
     try:
         models = request_json(endpoint, "GET", "/v1/models", timeout=30).get("data") or []
     except ApiError as exc:
-        raise SystemExit(f"llm-fleet: {endpoint.url}: {exc}") from None
+        raise InputError(f"{endpoint.url}: {exc}") from None
     if not models:
-        raise SystemExit(f"llm-fleet: {endpoint.url} serves no model; give model=ID")
+        raise InputError(f"{endpoint.url} serves no model; give model=ID")
     return str(models[0]["id"])
 
 
@@ -298,19 +356,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report, paths = render_stored_bench(args.result)
     else:
         if not args.arm:
-            raise SystemExit("llm-fleet: bench needs at least one --arm NAME=URL")
+            raise InputError("bench needs at least one --arm NAME=URL")
         api_key = os.environ.get("LLM_FLEET_API_KEY") or None
         try:
             extra = json.loads(args.extra_body) if args.extra_body else {}
         except ValueError as exc:
-            raise SystemExit(f"llm-fleet: --extra-body: not JSON: {exc}") from None
+            raise InputError(f"--extra-body: not JSON: {exc}") from None
         arms = [Arm(a.name, a.endpoint, a.model, a.thinking, extra) for a in (_parse_arm(text, api_key) for text in args.arm)]
         if args.thinking == "both":
             arms = [Arm(f"{a.name}/{label}", a.endpoint, a.model, flag, a.extra_body) for a in arms for label, flag in (("think", True), ("no-think", False))]
         try:
             report = run_bench(arms, max_tokens=args.max_tokens, burst=args.burst, timeout=args.timeout, progress=_progress).as_dict()
         except ValueError as exc:
-            raise SystemExit(f"llm-fleet: {exc}") from None
+            raise InputError(f"{exc}") from None
         stem = Path(args.output) / f"bench-{report['run_id']}"
         paths = write_bench_outputs(report, str(stem))
     print(render_bench_table(report))
@@ -347,6 +405,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:
+    if not Path(args.dir).is_dir():
+        raise InputError(f"--dir {args.dir}: no calibration store there (the inventory's calibration directory, e.g. my-fleet/calibration)")
     boots = load_boots(args.dir, args.endpoint)
     rows = [compare_boot(boot, boots) for boot in boots]
     if args.json:
@@ -467,6 +527,29 @@ def cmd_browser_gate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI's exit status as documented: no Python traceback for any input."""
+    try:
+        return _main(argv)
+    except InputError as exc:
+        print(f"llm-fleet: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("llm-fleet: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `llm-fleet ... | head`: the reader left; nothing to report.
+        return 0
+    except OSError as exc:  # a path given that cannot be read or written
+        print(f"llm-fleet: {exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else f"llm-fleet: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug: say so in one line, the traceback on request
+        if os.environ.get("LLM_FLEET_TRACEBACK"):
+            raise
+        print(f"llm-fleet: internal error ({type(exc).__name__}: {exc}); LLM_FLEET_TRACEBACK=1 shows where", file=sys.stderr)
+        return 3
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llm-fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     budget = sub.add_parser("budget", help="price a shape on every device (vram_budget)")

@@ -235,9 +235,11 @@ def test_docs_are_current_and_the_index_links_every_page():
     assert proc.returncode == 0, proc.stderr
     index = (ROOT / "docs" / "index.md").read_text()
     linked = {(ROOT / "docs" / target).resolve() for target in re.findall(r"\]\(([^)]+\.md)\)", index)}
-    pages = {p.resolve() for p in (ROOT / "docs").rglob("*.md") if p.name != "index.md"}
+    # docs/fleet (the maintainers' fleet, not shipped) is named, not linked: the shipped index's links all resolve.
+    pages = {p.resolve() for p in (ROOT / "docs").rglob("*.md") if p.name != "index.md" and "fleet" not in p.relative_to(ROOT / "docs").parts}
     pages |= {p.resolve() for p in (ROOT / "roles").glob("*/README.md")}
     assert pages - linked == set()
+    assert "## The production fleet" in index and "docs/fleet" in index
     assert all(p.exists() for p in linked)
 
 

@@ -1,4 +1,5 @@
-"""One declaration of the shape's keys: the role's argument_specs, docs/shape.md and the parser agree."""
+"""One declaration of the shape's keys: the role's argument_specs (entry point preflight, the keys
+the preflight checks with the parser), docs/shape.md and the parser agree."""
 
 import re
 import subprocess
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {"llamacpp": {"runtime": "llamacpp", "ctx_size": 4096}, "vllm": {"runtime": "vllm", "max_model_len": 4096}}
 SAMPLE = {"int": 2, "size": "1 GiB", "float": 0.5, "bool": True, "str": "x", "args": ["--a"], "split": [1, 1], "overrides": {"exps": "CPU"}}
 # Keys whose value has a grammar of its own, and keys that only make sense beside another.
-KEY_SAMPLE = {"spec_type": "draft-mtp"}
+KEY_SAMPLE = {"spec_type": "draft-mtp", "type_k": "q8_0", "type_v": "q8_0", "drafter_type_k": "q8_0", "drafter_type_v": "q8_0", "kv_cache_dtype": "fp8"}
 COMPANIONS = {
     "draft_max": {"spec_type": "draft-mtp"},
     "drafter_type_k": {"spec_type": "draft-mtp"},
@@ -26,7 +27,7 @@ COMPANIONS = {
 
 def spec_keys() -> dict:
     specs = yaml.safe_load((ROOT / "roles" / "endpoint" / "meta" / "argument_specs.yml").read_text())
-    return specs["argument_specs"]["main"]["options"]["endpoint_shape"]["options"]
+    return specs["argument_specs"]["preflight"]["options"]["endpoint_shape"]["options"]
 
 
 def doc_keys() -> list[str]:

@@ -17,6 +17,7 @@ ALLOWED_TOP_LEVEL = {
     "FILES.json",
     "README.md",
     "LICENSE",
+    "bin",
     "CHANGELOG.md",
     "changelogs",
     "docs",

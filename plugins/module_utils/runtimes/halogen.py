@@ -74,7 +74,7 @@ class HalogenShape(Shape):
     )
     pool_slots: int = key(
         "int",
-        "halogen: the slots sharing the pool (the boot prints 'two slots'; the seeds name no variable for it, so none is rendered).",
+        "halogen: the slots sharing the pool (the boot prints 'two slots'; no engine variable sets it, so none is rendered).",
         default=2,
         minimum=1,
         maximum=MAX_SLOTS,
@@ -91,9 +91,7 @@ class HalogenShape(Shape):
     prompt_cache_entries: int | None = key(
         "int", "halogen: the prompt-cache entries the boot must print ('prompt cache ON (12 entries)'); 0 for off.", maximum=1 << 20
     )
-    extra_environment: Mapping[str, Any] | None = key(
-        "mapping", "halogen: further variables for the engine whose names the seeds do not give (rendered as they are)."
-    )
+    extra_environment: Mapping[str, Any] | None = key("mapping", "halogen: further variables for the engine, rendered as they are.")
     weights_locked: int | None = key("size", "Budget - the weights the engine locks (62.9 GiB, vision included).", group="budget")
     vision_bytes: int | None = key("size", "Budget - the vision part of the locked weights (0.8 GiB), shown in the note.", group="budget")
     working_bytes: int | None = key("size", "Budget - the engine's working memory (5.7 GiB).", group="budget")

@@ -150,6 +150,10 @@ class LlamaCppShape(Shape):
 
     @classmethod
     def check_values(cls, values: dict[str, Any]) -> None:
+        # An illegal cache type is refused with the shape, not first by the budget or the engine.
+        for name in ("type_k", "type_v", "drafter_type_k", "drafter_type_v"):
+            if values.get(name) is not None and str(values[name]).lower() not in kv_law.LLAMACPP_KV_TYPES:
+                raise ShapeError(f"{name}: unknown cache type {values[name]!r}; expected one of {', '.join(kv_law.LLAMACPP_KV_TYPES)}")
         _check_speculation(values)
 
 

@@ -66,6 +66,10 @@ class RadianceShape(VllmShape):
         return self.max_model_len
 
     @classmethod
+    def check_kv_dtype(cls, dtype: str) -> None:
+        check_dtype(dtype)  # radiance's own dtype law, not vLLM's list
+
+    @classmethod
     def check_values(cls, values: dict[str, Any]) -> None:
         super().check_values(values)
         check_dtype(str(values.get("kv_cache_dtype", "fp8")))

@@ -90,7 +90,7 @@ class VllmShape(Shape):
     )
     kv_reserve_per_token: int = key(
         "int",
-        "Budget - the expert planner's KV reserve per token of max_model_len, bytes (seeds/004: 9190).",
+        "Budget - the expert planner's KV reserve per token of max_model_len, bytes (e.g. 9190).",
         default=9190,
         minimum=1,
         maximum=1 << 24,
@@ -128,7 +128,15 @@ class VllmShape(Shape):
         return [kv_law.normalise_vllm_dtype(self.kv_cache_dtype)], self.tensor_parallel
 
     @classmethod
+    def check_kv_dtype(cls, dtype: str) -> None:
+        """An illegal KV dtype is refused with the shape, not first by the budget or the engine."""
+        if dtype.lower() not in kv_law.VLLM_KV_DTYPES:
+            raise ShapeError(f"kv_cache_dtype: unknown vLLM KV dtype {dtype!r}; expected one of {', '.join(kv_law.VLLM_KV_DTYPES)}")
+
+    @classmethod
     def check_values(cls, values: dict[str, Any]) -> None:
+        if values.get("kv_cache_dtype") is not None:
+            cls.check_kv_dtype(str(values["kv_cache_dtype"]))
         if values.get("expert_precise_memory") and not values.get("expert_offload"):
             raise ShapeError("expert_precise_memory: sizes the expert offload arena; set expert_offload: true or remove it")
 
