@@ -14,7 +14,8 @@ help: ## list the targets
 setup: ## install system packages (apt) and the pinned toolchain (.venv)
 	@scripts/setup.sh
 
-demo: setup lab-up ## set up, bring the lab up and deploy the main endpoint on it
+# scripts/demo.sh runs setup and the lab's bring-up itself, as timed phases.
+demo: ## set up, bring the lab up and deploy the main endpoint on it (each phase timed)
 	@scripts/demo.sh
 
 lab-up: setup ## build (cached) and start the lab container hosts
