@@ -9,8 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PHASES=("setup" "image builds" "lab up" "first deploy" "rerun")
 # What each phase costs on a fresh 2-core machine (docs/lab.md: "How long make demo takes").
-FRESH=("about 4 min (apt, the pinned .venv)" "about 8 min (three debootstrap images at once; vLLM's 4 GB dominates)"
-    "about 2 min (vLLM's image loaded into the host)" "about 1.5 min (vLLM's first boot)" "about 15 s")
+FRESH=("about 4 min: apt, the pinned .venv" "about 7.5 min: three debootstrap images at once, vLLM's the longest"
+    "about 1.5 min: vLLM's 4 GB image loaded into the host" "about 1.5 min: vLLM's first boot" "about 10 s")
 declare -A took=()
 demo_started=$SECONDS
 
@@ -21,7 +21,7 @@ fmt() { (($1 >= 60)) && printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)) || prin
 phase() {
     local index=$1 started=$SECONDS next
     shift
-    echo "== [$((index + 1))/${#PHASES[@]}] ${PHASES[index]} (on a fresh machine ${FRESH[index]})"
+    echo "== [$((index + 1))/${#PHASES[@]}] ${PHASES[index]} (on a fresh machine ${FRESH[index]}; cached: seconds)"
     "$@"
     took[$index]=$((SECONDS - started))
     next=${PHASES[index + 1]:-the KV table}
@@ -47,4 +47,4 @@ fi
 summary=""
 for index in "${!PHASES[@]}"; do summary+="${summary:+, }${PHASES[index]} $(fmt "${took[$index]}")"; done
 echo "== make demo took $(fmt $((SECONDS - demo_started))): $summary"
-echo "== a fresh machine takes about 16 min, most of it the first two phases; a second make demo builds and downloads nothing"
+echo "== on a fresh machine make demo takes about 15 min, most of it the first two phases (docs/lab.md); a second one builds and downloads nothing"
