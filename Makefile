@@ -14,7 +14,8 @@ help: ## list the targets
 setup: ## install system packages (apt) and the pinned toolchain (.venv)
 	@scripts/setup.sh
 
-demo: setup lab-up ## set up, bring the lab up and deploy the main endpoint on it
+# scripts/demo.sh runs setup and the lab's bring-up itself, as timed phases.
+demo: ## set up, bring the lab up and deploy the main endpoint on it (each phase timed)
 	@scripts/demo.sh
 
 lab-up: setup ## build (cached) and start the lab container hosts
@@ -66,13 +67,14 @@ build: setup ## build the collection tarball into build/ and prove it installs
 		&& test -f "$$tmp/ansible_collections/frank/llm_fleet/plugins/modules/vram_budget.py" && rm -rf "$$tmp"
 
 .PHONY: ee ee-check
-# ansible-playbook's arguments for `make ee-check`: a dry run of the fleet unless told otherwise.
+# ansible-playbook's arguments for `make ee-check`: a dry run of the fleet unless told otherwise;
+# without --check it deploys twice and fails unless the second run changed nothing.
 EE_CHECK_ARGS ?= --check
 
 ee: setup ## build the execution environment image (execution-environment.yml; cached by content)
 	@scripts/ee.sh build
 
-ee-check: ee ## run playbooks/deploy_fleet.yml --check inside the EE against the lab (shared: flock /tmp/lab.lock make ee-check)
+ee-check: ee ## run playbooks/deploy_fleet.yml --check inside the EE against the lab; EE_CHECK_ARGS= deploys twice, the second changed=0 (shared: flock /tmp/lab.lock make ee-check)
 	@scripts/ee.sh check $(EE_CHECK_ARGS)
 
 .PHONY: differential-vllm

@@ -116,10 +116,23 @@ install_openwebui_db() {
     fi
 }
 
+# The images do not depend on each other, so they build at once: on a fresh machine the vLLM
+# image's download dominates, and the others finish inside it. Each build runs in a subshell of
+# its own (build_image sources its spec's variables and sets its own cleanup trap).
 cmd_images() {
-    build_image host
-    local spec
-    for spec in "${ENGINES[@]}"; do build_image "$spec"; done
+    local started=$SECONDS spec pids=() failed=()
+    for spec in host "${ENGINES[@]}"; do
+        (
+            local begun=$SECONDS
+            build_image "$spec"
+            ((SECONDS - begun < 2)) || log "$spec image ready in $((SECONDS - begun)) s"
+        ) &
+        pids+=("$!:$spec")
+    done
+    local entry
+    for entry in "${pids[@]}"; do wait "${entry%%:*}" || failed+=("${entry#*:}"); done
+    ((${#failed[@]} == 0)) || die "the image build of ${failed[*]} failed (its error is above)"
+    log "images ready in $((SECONDS - started)) s"
     build_models
 }
 

@@ -3,7 +3,10 @@
 #
 #   scripts/ee.sh build        the image, cached by content: a rebuild with nothing changed is a no-op
 #   scripts/ee.sh check ARGS   ansible-navigator runs playbooks/deploy_fleet.yml inside the image
-#                              against the lab, with ARGS (make ee-check passes --check)
+#                              against the lab, with ARGS (make ee-check passes --check); without
+#                              --check it deploys twice and fails unless the second run's recap
+#                              is changed=0 (and failed=0, unreachable=0) on every host
+#   scripts/ee.sh recap-unchanged LOG   that recap check alone, on a saved run's output
 #
 # The base is a lab image (lab/images/ee-base.sh, built with debootstrap by lab/lab.sh). The
 # collection and containers.podman go in as tarballs built here, since no Galaxy server is
@@ -19,6 +22,9 @@ OUT=.cache/ee
 IMAGE=localhost/frank-llm_fleet-ee
 LABEL=io.frank.llm-fleet.lab
 BIN=${EE_BIN:-$ROOT_DIR/.venv/bin}
+# The lab's throwaway vault password (its companions' secrets); navigator mounts the tree, so the
+# relative path holds inside the EE too.
+LAB_VAULT_PASSWORD_FILE=inventories/lab/.vault-pass.lab
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT_DIR/lab/containers.conf}
 # lab/lab.sh builds the base in a scratch directory of this checkout.
 export LAB_STATE_DIR=${LAB_STATE_DIR:-$ROOT_DIR/$OUT/lab}
@@ -60,6 +66,31 @@ image_ref() {
     } | sha256sum | cut -c1-12 | sed "s|^|$IMAGE:|"
 }
 
+# The browser gate runs on the controller, which inside AWX is the EE: the image's Playwright must
+# drive its chromium. The installed collection's own gate crawls a page with one card, served in the
+# image; a failing image loses its tag, so the next `make ee` builds it again instead of calling it
+# up to date.
+browser_smoke() {
+    local ref=$1
+    podman run --rm -i --env PYTHONPATH=/usr/share/ansible/collections --entrypoint /usr/bin/python3 "$ref" - <<'PY' >"$OUT/browser-smoke.log" 2>&1
+import http.server, pathlib, tempfile, threading
+from ansible_collections.frank.llm_fleet.plugins.module_utils.browser.gate import GateOptions, run_gate
+site = pathlib.Path(tempfile.mkdtemp())
+(site / "index.html").write_text('<a class="card" href="/card.html">card</a>')
+(site / "card.html").write_text("<p>card</p>")
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+handler = lambda *a: Quiet(*a, directory=str(site))
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+report = run_gate(GateOptions(url=f"http://127.0.0.1:{server.server_port}/", report_dir=tempfile.mkdtemp()))
+# The homepage and its card.
+assert report.ok and len(report.links) == 2, report.as_dict()
+print(f"browser gate in the image: {len(report.links)} pages ok in {report.seconds:.1f} s")
+PY
+}
+
 cmd_build() {
     [[ -x $BIN/ansible-builder ]] || die "$BIN/ansible-builder is missing: run 'make setup'"
     lab/lab.sh build ee-base
@@ -91,6 +122,12 @@ cmd_build() {
         podman rmi "${ids[@]}" >/dev/null 2>&1 || true
     done
     log "built $ref ($(podman image inspect "$ref" --format '{{.Size}}') bytes)"
+    if ! browser_smoke "$ref"; then
+        tail -n 20 "$OUT/browser-smoke.log" >&2
+        podman untag "$ref" >/dev/null 2>&1 || true
+        die "the browser gate cannot run in $ref (log: $OUT/browser-smoke.log)"
+    fi
+    log "$(tail -n 1 "$OUT/browser-smoke.log")"
 }
 
 # The lab's hosts are containers of this machine's podman, reached by the containers.podman
@@ -100,7 +137,7 @@ cmd_build() {
 # which must stay local.
 cmd_check() {
     [[ -s $OUT/image ]] || die "no image: run 'make ee' first"
-    local ref lab
+    local ref lab navigator
     ref=$(cat "$OUT/image")
     podman image exists "$ref" || die "$ref is missing: run 'make ee'"
     # ansible-runner starts the EE with --ipc=host, so podman bind-mounts the host's /dev/mqueue;
@@ -119,18 +156,71 @@ cmd_check() {
     [[ -S $sock_dir/podman.sock ]] || die "podman system service did not open its socket (log: $OUT/podman-service.log)"
     # The lab inventory reads the lab's facts through .lab, a link that may point out of the tree.
     lab=$(readlink -f .lab)
-    log "ansible-navigator: playbooks/deploy_fleet.yml $* inside $ref"
-    "$BIN/ansible-navigator" run playbooks/deploy_fleet.yml -i inventories/lab "$@" \
-        --mode stdout --execution-environment-image "$ref" --pull-policy never --container-engine podman \
-        --execution-environment-volume-mounts "$sock_dir/podman.sock:/run/podman/podman.sock" \
-        --execution-environment-volume-mounts "$lab:$lab" \
-        --container-options=--env=CONTAINER_HOST=unix:///run/podman/podman.sock \
-        --set-environment-variable ANSIBLE_COLLECTIONS_PATH=/usr/share/ansible/collections \
-        --playbook-artifact-enable false --log-file "$OUT/navigator.log"
+    navigator=("$BIN/ansible-navigator" run playbooks/deploy_fleet.yml -i inventories/lab
+        --vault-password-file "$LAB_VAULT_PASSWORD_FILE" "$@"
+        --mode stdout --execution-environment-image "$ref" --pull-policy never --container-engine podman
+        --execution-environment-volume-mounts "$sock_dir/podman.sock:/run/podman/podman.sock"
+        --execution-environment-volume-mounts "$lab:$lab"
+        --container-options=--env=CONTAINER_HOST=unix:///run/podman/podman.sock
+        --set-environment-variable ANSIBLE_COLLECTIONS_PATH=/usr/share/ansible/collections
+        --playbook-artifact-enable false --log-file "$OUT/navigator.log")
+    if is_check_mode "$@"; then
+        navigate 1 "$@"
+        return
+    fi
+    # A real deploy runs twice: the second must change nothing on any host, as AWX's next job would.
+    navigate 1 "$@" || die "the first run failed (log: $OUT/run-1.log)"
+    navigate 2 "$@" || die "the second run failed (log: $OUT/run-2.log)"
+    recap_unchanged "$OUT/run-2.log" || die "the second run changed something: the deploy is not idempotent in the EE (log: $OUT/run-2.log)"
+    log "the second run changed nothing on any host"
+}
+
+is_check_mode() {
+    local arg
+    for arg in "$@"; do [[ $arg == --check || $arg == -C ]] && return 0; done
+    return 1
+}
+
+# One navigator run, its output on the terminal and in $OUT/run-N.log without ansible-runner's event
+# markers (base64 between escape sequences), then its recap and its time.
+navigate() {
+    local run=$1 started=$SECONDS rc=0
+    shift
+    log "run $run: ansible-navigator: playbooks/deploy_fleet.yml $* inside $ref"
+    "${navigator[@]}" | strip_runner_markers | tee "$OUT/run-$run.log" || rc=$?
+    log "run $run: rc=$rc in $((SECONDS - started)) s"
+    sed -n '/^PLAY RECAP/,/^$/p' "$OUT/run-$run.log" | sed 's/^/[ee]   /' >&2
+    return "$rc"
+}
+
+strip_runner_markers() { sed -u 's/\x1b\[K[A-Za-z0-9+\/=]*\x1b\[[0-9]*D//g; s/\x1b\[K//g'; }
+
+# True when LOG's last PLAY RECAP names at least one host and every host has changed=0,
+# unreachable=0 and failed=0; names each host that does not.
+recap_unchanged() {
+    awk '
+        /^PLAY RECAP/ { hosts = 0; bad = ""; inrecap = 1; next }
+        inrecap && /^[^ ]+ +: ok=/ {
+            hosts++
+            for (i = 3; i <= NF; i++) {
+                split($i, kv, "=")
+                if ((kv[1] == "changed" || kv[1] == "unreachable" || kv[1] == "failed") && kv[2] != 0) {
+                    bad = bad "\n  " $1 ": " $i
+                }
+            }
+            next
+        }
+        inrecap { inrecap = 0 }
+        END {
+            if (hosts == 0) { print "no PLAY RECAP with hosts" > "/dev/stderr"; exit 1 }
+            if (bad != "") { printf "not unchanged:%s\n", bad > "/dev/stderr"; exit 1 }
+        }
+    ' "$1"
 }
 
 case ${1:-} in
     build) cmd_build ;;
     check) shift; cmd_check "$@" ;;
-    *) die "usage: scripts/ee.sh build|check [ansible-playbook arguments]" ;;
+    recap-unchanged) recap_unchanged "${2:?log file}" ;;
+    *) die "usage: scripts/ee.sh build|check [ansible-playbook arguments]|recap-unchanged LOG" ;;
 esac

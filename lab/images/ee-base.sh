@@ -2,11 +2,12 @@
 # Base of the execution environment (execution-environment.yml): Debian 12 with python3, pip and
 # venv (ansible-builder's assemble makes a venv), podman as the client of the controller's podman
 # (the lab's containers.podman connection, through CONTAINER_HOST), openssh-client for
-# production's SSH hosts, and Debian's chromium for the browser gate (Playwright drives it).
+# production's SSH hosts, and Debian's chromium for the browser gate (Playwright drives it; the
+# node binary in Playwright's wheel needs libatomic1, which chromium does not pull in).
 # ansible-builder 3 drives a dnf-like package manager (options.package_manager_path):
 # /usr/local/bin/apt-dnf answers its two calls, `install -y PKG..` and `clean all`, with apt-get.
 SUITE=bookworm
-PACKAGES=ca-certificates,python3,python3-pip,python3-venv,openssh-client
+PACKAGES=ca-certificates,python3,python3-pip,python3-venv,openssh-client,libatomic1
 APT_PACKAGES=(podman chromium)
 IMAGE_CHANGES=()
 
