@@ -198,8 +198,9 @@ class _State:
     offset: int = 0
 
 
-def graph_peak(graph: Graph, alignment: int) -> int:
-    """The bytes `ggml_gallocr_reserve_n` sizes one buffer to for this graph (one backend, one chunk)."""
+def graph_peak(graph: Graph, alignment: int, trace: list[tuple[str, str, int, int]] | None = None) -> int:
+    """The bytes `ggml_gallocr_reserve_n` sizes one buffer to for this graph (one backend, one chunk).
+    `trace`, when given, receives (alloc | free | inplace, tensor name, offset, bytes) in order."""
     alloc = DynAllocator(alignment)
     state: dict[int, _State] = {}
 
@@ -234,15 +235,21 @@ def graph_peak(graph: Graph, alignment: int) -> int:
                         return
                     continue
                 hn.offset = p_hn.offset
+                if trace is not None:
+                    trace.append(("inplace", f"{node.name} over {parent.name}", hn.offset, node.nbytes))
                 p_hn.allocated = False
                 _free_extra(alloc, hn.offset, parent.nbytes, node.nbytes)
                 return
         hn.offset = alloc.alloc(node.nbytes)
+        if trace is not None:
+            trace.append(("alloc", node.name, hn.offset, node.nbytes))
 
     def free(node: Tensor) -> None:
         if node.is_output:
             return
         hn = st(node)
+        if trace is not None:
+            trace.append(("free", node.name, hn.offset, node.nbytes))
         alloc.free(hn.offset, node.nbytes)
         hn.allocated = False
 
