@@ -32,6 +32,10 @@ the compute buffer, by the engine's own rules (llama.cpp b11669, as the lab runs
   model): the larger of 3.5 x n_tokens x 2 d_inner x 4 + 2.0 x n_seq x d_inner x d_state x 4
   + 0.02 x n_tokens x d_inner x d_state x 4 and the logits phase 3 E + n_outputs x n_vocab x 4,
   over both reserved graphs, fitted on the corpus's Mamba boots.
+  Beside the law, a replay (`replay_compute_bytes`): the graph the engine builds for the
+  architecture (budget/graphs/) placed by a port of ggml-alloc (budget/ggml_alloc.py), the
+  buffer the largest peak over the reserved graphs. `COMPUTE_RULE` names which of the two prices
+  each architecture; the law keeps every one until its replay matches more corpus boots.
   The multipliers are measured on tiny models on the CPU backend (one buffer holds the whole
   graph); on a GPU each device holding layers gets the same size (the buffer does not scale with
   the number of layers, ggml-org/llama.cpp#27953), which the ledger extrapolates.

@@ -5,6 +5,12 @@
 runs (`llama_context::graph_reserve`): the tensors ggml-alloc places in the compute buffer, with
 their shapes, types, views and consumers. Weights and the KV cache live in other buffers
 (external); the inputs (`ggml_set_input`) are graph leafs.
+
+Read from ggml-org/llama.cpp as stored (src/models/llama.cpp, src/llama-graph.cpp,
+src/llama-kv-cache.cpp, ggml/src/ggml.c `ggml_build_forward_select`), not from the lab's b11669
+itself: the engine's boot lines count 3 nodes and 2 input tensors more than this graph holds,
+and 2-3 nodes more per layer without flash attention (graph_law.COMPUTE_RULE keeps the law
+pricing llama until they agree).
 """
 
 from __future__ import annotations
