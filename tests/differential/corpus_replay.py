@@ -153,4 +153,15 @@ def report() -> str:
             f"{term:8s} {ok}/{len(pairs)} ({ok / len(pairs):.0%}) {'exact' if bound == 'exact' else f'within {bound:.0%}'}; "
             f"worst {row.case['id']} {row.case['model']}: engine {mib(e)} MiB, ledger {mib(o)} MiB ({off}) {shape}"
         )
+    lines.append("compute per architecture (within 5%): " + ", ".join(f"{arch} {ok}/{n}" for arch, (ok, n) in compute_by_architecture(priced_rows).items()))
     return "\n".join(lines)
+
+
+def compute_by_architecture(rows: list[Comparison]) -> dict[str, tuple[int, int]]:
+    """Per architecture: (boots whose compute buffer is within its tolerance, boots priced)."""
+    out: dict[str, list[int]] = {}
+    for row in rows:
+        tally = out.setdefault(MODELS[row.case["model"]]["generator"]["arch"], [0, 0])
+        tally[0] += matches("compute", *row.pairs["compute"])
+        tally[1] += 1
+    return {arch: (ok, n) for arch, (ok, n) in sorted(out.items())}
