@@ -118,9 +118,10 @@ def test_halogen_environment_is_what_the_fleet_ran():
         # health gate judges, and the served id and model when the shape gives them.
         "HALOGEN_HOST": "127.0.0.1",
         "HALOGEN_PORT": "7770",
+        "HALOGEN_SERVED_ID": "frank-dragoon",
     }
-    env = engine_environment(dragoon(served_id="frank-dragoon", model_file="halogen.standin.json"), "/models")
-    assert (env["HALOGEN_SERVED_ID"], env["HALOGEN_MODEL"]) == ("frank-dragoon", "/models/halogen.standin.json")
+    env = engine_environment(dragoon(served_id="frank-dragoon-b", model_file="halogen.standin.json"), "/models")
+    assert (env["HALOGEN_SERVED_ID"], env["HALOGEN_MODEL"]) == ("frank-dragoon-b", "/models/halogen.standin.json")
     # Configured by environment: the image starts flash-server, the container gets no command.
     assert engine_argv(dragoon(), "/models", container=True) == []
     for name in ("HALOGEN_CTX", "HALOGEN_PORT"):
