@@ -30,6 +30,7 @@ Usage: standin_engine.py halogen | radiance [radiance's vLLM flags]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import stat
@@ -42,7 +43,7 @@ from typing import Any
 
 GIB = 1 << 30
 MIB = 1 << 20
-ANSWER = "This is the lab stand-in engine answering; no model runs here.".split()
+ANSWER = ["This", "is", "the", "lab", "stand-in", "engine", "answering;", "no", "model", "runs", "here."]
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
 
 
@@ -222,7 +223,9 @@ def boot_radiance(argv: list[str]) -> Engine:
 
 
 class Engine:
-    def __init__(self, kind: str, host: str, port: int, served_id: str, window: int, window_name: str, api_key: str, echoes_name: bool, gauges: tuple[str, str]):
+    def __init__(
+        self, kind: str, host: str, port: int, served_id: str, window: int, window_name: str, api_key: str, echoes_name: bool, gauges: tuple[str, str]
+    ) -> None:
         self.kind, self.host, self.port, self.served_id = kind, host, port, served_id
         self.window, self.window_name, self.api_key, self.echoes_name, self.gauges = window, window_name, api_key, echoes_name, gauges
         self.running = 0
@@ -258,7 +261,7 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
         def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
@@ -270,7 +273,8 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _authorized(self) -> bool:
-            if not engine.api_key or self.path == "/health":
+            # /health and /metrics answer without the key, as the drivers expect (metrics_need_key False).
+            if not engine.api_key or self.path in ("/health", "/metrics"):
                 return True
             if self.headers.get("Authorization", "") == f"Bearer {engine.api_key}":
                 return True
@@ -329,8 +333,10 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             message = {"role": "assistant", "content": " ".join(answer), "reasoning_content": " ".join(thinking)}
             usage = {"prompt_tokens": prompt, "completion_tokens": len(words), "total_tokens": prompt + len(words)}
             ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+            head = {"id": ident, "created": created, "model": name}
             if not body.get("stream"):
-                self._send(200, {"id": ident, "object": "chat.completion", "created": created, "model": name, "choices": [{"index": 0, "message": message, "finish_reason": "length"}], "usage": usage})
+                choice = {"index": 0, "message": message, "finish_reason": "length"}
+                self._send(200, {**head, "object": "chat.completion", "choices": [choice], "usage": usage})
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -339,12 +345,12 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             delay = float(body.get("standin_token_seconds") or 0)
             for index, word in enumerate(words):
                 field = "reasoning_content" if index < len(thinking) else "content"
-                chunk = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": name, "choices": [{"index": 0, "delta": {field: word + " "}, "finish_reason": None}]}
+                chunk = {**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {field: word + " "}, "finish_reason": None}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
                 if delay:
                     time.sleep(delay)
-            last = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": name, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": usage}
+            last = {**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": usage}
             self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
             self.wfile.flush()
             self.close_connection = True
@@ -360,10 +366,8 @@ def main(argv: list[str]) -> int:
     server = ThreadingHTTPServer((engine.host, engine.port), make_handler(engine))
     server.daemon_threads = True
     say(f"{engine.kind} stand-in serving {engine.served_id} on {engine.host}:{engine.port} (window {engine.window})")
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
