@@ -332,7 +332,8 @@ def _compare_halogen(boot: dict[str, Any], shape: HalogenShape) -> dict[str, Any
     measured = {name: value for name, value in measured.items() if value is not None}
     predicted = {name: predicted[name] for name in measured}
     agree = all(abs(float(predicted[name]) - float(measured[name])) <= 0.05 + 1e-9 for name in measured)
-    detail = "KV reservation scaled by positions from kv_reservation_calibration; weights and working as declared"
+    basis = "scaled by positions from kv_reservation_calibration" if shape.kv_reservation_calibration else "positions x kv_pool_bytes_per_position"
+    detail = f"KV reservation {basis}; weights and working as declared"
     if facts.get("halogen_clamped"):
         agree, detail = False, detail + "; the boot printed a clamp line (the engine changed the shape)"
     return {"predicted": predicted, "measured": measured, "agree": agree, "detail": detail}
