@@ -177,6 +177,7 @@ def wire_rename(request):
         remove_endpoint(NEW)
         on_host("systemctl", "unmask", f"{OLD}.service", check=False)
         on_host("sh", "-c", f"rm -rf /var/lib/llm-fleet/archive/*/{NEW}.service* /var/lib/llm-fleet/archive/*/{OLD}.service*")
+        on_host("find", "/var/lib/llm-fleet/archive", "-mindepth", "1", "-maxdepth", "1", "-type", "d", "-empty", "-delete", check=False)
         on_host("systemctl", "daemon-reload")
         subprocess.run([str(BIN / "ansible-playbook"), "playbooks/deploy_secondary.yml"], cwd=ROOT, env=env(), capture_output=True, check=False)
 
