@@ -61,6 +61,13 @@ def on_port(port: int, path: str, body: dict | None = None) -> tuple[int, dict, 
     return int(status), json.loads(on_host("cat", "/tmp/standin-answer.json")), float(seconds)
 
 
+def ensure_deployed(tmp_path: Path) -> None:
+    """Each later test runs alone too: deploy the stand-ins if the first test did not."""
+    if any(unit_property(f"{name}.service", "ActiveState") != "active" for name in PORTS):
+        rc, _stats, out = deploy(tmp_path)
+        assert rc == 0, failures(out) or out[-3000:]
+
+
 @pytest.fixture(scope="module")
 def fresh():
     """Both stand-in endpoints removed first (so the deploy starts each unit anew) and afterwards."""
@@ -106,7 +113,8 @@ def test_both_stand_ins_deploy_through_the_endpoint_role(tmp_path, fresh):
     assert rc == 0 and stats["changed"] == 0, failures(out) or out[-3000:]
 
 
-def test_the_probe_contract_reasoning_field_echo_and_refusal(fresh):
+def test_the_probe_contract_reasoning_field_echo_and_refusal(tmp_path, fresh):
+    ensure_deployed(tmp_path)
     # Both answer in reasoning_content first: under the probe's 8 tokens the content is empty, so
     # the deploy's smoke probe passed only by reading the driver's reasoning field.
     for name, port in PORTS.items():
@@ -134,6 +142,7 @@ def test_the_probe_contract_reasoning_field_echo_and_refusal(fresh):
     ],
 )
 def test_a_shape_outside_the_seeds_laws_is_refused_before_the_host_changes(tmp_path, fresh, name, changes, named):
+    ensure_deployed(tmp_path)
     unit = f"{name}.service"
     pid, unit_file = unit_property(unit, "MainPID"), on_host("cat", f"/etc/systemd/system/{unit}")
     rc, _stats, out = deploy(tmp_path, with_shape(tmp_path, name, {**shape_of(name), **changes}), limit=name)
@@ -151,6 +160,7 @@ def test_a_shape_outside_the_seeds_laws_is_refused_before_the_host_changes(tmp_p
     ],
 )
 def test_a_shape_the_engine_refuses_at_boot_rolls_back_to_the_last_known_good(tmp_path, fresh, name, changes, fatal):
+    ensure_deployed(tmp_path)
     unit = f"{name}.service"
     good = json.loads(on_host("cat", f"/var/lib/llm-fleet/{name}/last-good.json"))
     shape = {key: value for key, value in {**shape_of(name), **changes}.items() if value is not None}

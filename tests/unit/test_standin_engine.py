@@ -48,6 +48,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def run_engine(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the stand-in to its end (a configuration it refuses exits at boot)."""
+    return subprocess.run([sys.executable, str(ENGINE), *argv], env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=9, check=False)
+
+
 def start(argv: list[str], env: dict[str, str], port: int) -> tuple[subprocess.Popen, list[str]]:
     """Start the stand-in; wait until it serves /health; return it and its boot lines."""
     command = [sys.executable, str(ENGINE), *argv]
@@ -129,7 +134,7 @@ def test_halogen_stand_in_refuses_what_flash_server_refuses(payloads, changes, f
         env["HALOGEN_KV_POOL_POSITIONS"] = str(changes["kv_pool_positions"])
     else:
         env = engine_environment({**shape, **changes}, str(payloads / "standin-halogen"))
-    proc = subprocess.run([sys.executable, str(ENGINE), "halogen"], env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30)
+    proc = run_engine(["halogen"], env)
     assert proc.returncode == 1 and re.search(fatal, proc.stderr), proc.stderr
 
 
@@ -139,7 +144,7 @@ def test_halogen_stand_in_refuses_a_tokenizer_directory_holding_a_symlink(tmp_pa
     (copy / "tokenizer" / "vocab.json").unlink()
     (copy / "tokenizer" / "vocab.json").symlink_to("../../snapshots/vocab.json")
     _shape, env = halogen(tmp_path, free_port())
-    proc = subprocess.run([sys.executable, str(ENGINE), "halogen"], env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30)
+    proc = run_engine(["halogen"], env)
     assert proc.returncode == 1 and "vocab.json is a symlink" in proc.stderr, proc.stderr
 
 
@@ -179,7 +184,7 @@ def test_radiance_stand_in_refuses_what_the_engine_refuses(payloads, flags, fata
     argv = engine_argv(shape, str(payloads / "standin-radiance"), container=True)
     index = argv.index(flags[0])
     argv[index + 1] = flags[1]
-    proc = subprocess.run([sys.executable, str(ENGINE), "radiance", *argv], env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=30)
+    proc = run_engine(["radiance", *argv], {})
     assert proc.returncode == 1 and fatal in proc.stderr, proc.stderr
 
 
