@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The lab: container hosts (Debian 12, systemd as PID 1, nested podman) and two engine images -
-# llama-server from Debian's packages and vLLM from PyPI's CPU build - built with debootstrap
-# because no registry is reachable.
+# The lab: container hosts (Debian 12, systemd as PID 1, nested podman) and three engine images -
+# llama-server from Debian's packages, vLLM from PyPI's CPU build, and the stand-in for the two
+# engines that are not public (halogen, radiance: lab/stand-ins/) - built with debootstrap because
+# no registry is reachable.
 #
 #   lab/lab.sh images   build what is missing (cached by content: a rebuild with nothing changed is a no-op)
 #   lab/lab.sh up       images, tiny model, then start the lab hosts named in lab/hosts
 #   lab/lab.sh down     remove exactly the containers and build leftovers the lab created
 #   lab/lab.sh purge    down, then also remove the lab's images and generated models
 #   lab/lab.sh status   what the lab has running and built
+#   lab/lab.sh load     build what is missing and load every engine image into the running lab hosts
+#                       (a new engine image, such as the stand-in's, without restarting a host)
 #   lab/lab.sh build SPEC   build one image of lab/images (the execution environment's base, ee-base)
 #   lab/lab.sh up-extra N   (or LAB_HOSTS=N lab/lab.sh up-extra) start llm-fleet-lab-host2..N beside
 #                           host1 for fleet-scale runs: llama.cpp engine only, host1 untouched
@@ -38,6 +41,7 @@ build_models() {
     [[ -x $PYTHON ]] || die "$PYTHON is missing: run 'make setup'"
     "$PYTHON" "$LAB_DIR/make_tiny_gguf.py" --out-dir "$MODEL_DIR"
     "$PYTHON" "$LAB_DIR/make_tiny_hf.py" --out-dir "$MODEL_DIR"
+    "$PYTHON" "$LAB_DIR/stand-ins/make_standin_payloads.py" --out-dir "$MODEL_DIR"
 }
 
 # Hosts: one name per line in lab/hosts; the container name is the inventory hostname.
@@ -81,7 +85,7 @@ start_host() {
     die "host $name did not reach systemd running within 60 s"
 }
 
-ENGINES=(engine-llamacpp engine-vllm)
+ENGINES=(engine-llamacpp engine-vllm engine-standin)
 
 # The engine images must be present inside each host for nested podman.
 load_engine_into() {
@@ -144,6 +148,17 @@ cmd_up() {
         local spec
         for spec in "${ENGINES[@]}"; do load_engine_into "$name" "$spec"; done
         install_openwebui_db "$name"
+    done
+}
+
+# Only hosts already running: none is started or restarted here.
+cmd_load() {
+    cmd_images
+    local name spec
+    for name in $(lab_hosts); do
+        [[ $(podman ps --filter "name=^$name\$" --filter "label=$LABEL=host" --format '{{.Names}}') == "$name" ]] \
+            || die "host $name is not running: run 'lab/lab.sh up'"
+        for spec in "${ENGINES[@]}"; do load_engine_into "$name" "$spec"; done
     done
 }
 
@@ -218,6 +233,7 @@ cmd_down_extra() {
 case ${1:-} in
     images) cmd_images ;;
     up) cmd_up ;;
+    load) cmd_load ;;
     down) cmd_down ;;
     purge) cmd_purge ;;
     status) cmd_status ;;
@@ -225,5 +241,5 @@ case ${1:-} in
     down-extra) shift; cmd_down_extra "$@" ;;
     image-ref) image_ref "${2:?spec}"; echo ;;
     build) build_image "${2:?spec}" ;;
-    *) die "usage: lab/lab.sh images|up|down|purge|status|up-extra N|down-extra [NAME...]|image-ref SPEC|build SPEC" ;;
+    *) die "usage: lab/lab.sh images|up|load|down|purge|status|up-extra N|down-extra [NAME...]|image-ref SPEC|build SPEC" ;;
 esac

@@ -9,6 +9,8 @@ served id; one id per model everywhere"; "re-key it in the same deploy")."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +19,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab_host import HOST, ROOT, env, failures, inventory_with_shape, lab_addresses, lab_shape, on_host, playbook, require_lab_host, served
+from lab_host import (
+    BIN,
+    HOST,
+    LAB_INVENTORY,
+    ROOT,
+    cli,
+    env,
+    failures,
+    inventory_with_shape,
+    lab_addresses,
+    lab_shape,
+    on_host,
+    playbook,
+    remove_endpoint,
+    require_lab_host,
+    served,
+)
 
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 from openwebui_db import config_value, rows, seed_config, seed_connections, seed_model
@@ -127,3 +145,78 @@ def test_a_rename_is_one_inventory_edit_and_one_run(tmp_path, openwebui_with_the
     back = _openwebui_ids(tmp_path / "back.db")
     assert OLD in back["model"] and NEW not in back["model"] and back["grants"] == [OLD]
     assert sqlite3.connect(tmp_path / "back.db").execute("SELECT COUNT(*) FROM access_grant WHERE resource_id = ?", (OLD,)).fetchone()[0] == 2
+
+
+def _renamed_inventory(root: Path, old: str, new: str) -> Path:
+    """inventories/lab copied under root with endpoint `old` renamed `new` (the seeds' latest-era
+    wire name): the host renamed in every group, its host_vars moved, its cache directory its own,
+    and the old unit listed for retirement. This is the whole inventory edit of the rename."""
+    inventory = root / "inventories" / "lab"
+    shutil.copytree(LAB_INVENTORY, inventory)
+    (root / ".lab").symlink_to(ROOT / ".lab")
+    text = (inventory / "hosts.yml").read_text()
+    (inventory / "hosts.yml").write_text(re.sub(rf"\b{old}:", f"{new}:", text))
+    data = yaml.safe_load((inventory / "host_vars" / f"{old}.yml").read_text())
+    (inventory / "host_vars" / f"{old}.yml").unlink()
+    data["endpoint_container"] = {**data["endpoint_container"], "cache_dir": f"/var/cache/{new}"}
+    data["endpoint_retired_units"] = [f"{old}.service"]
+    (inventory / "host_vars" / f"{new}.yml").write_text(yaml.safe_dump(data))
+    return inventory
+
+
+def _unit_state(unit: str) -> tuple[str, str]:
+    return on_host("systemctl", "is-enabled", unit, check=False), on_host("systemctl", "is-active", unit, check=False)
+
+
+@pytest.fixture
+def wire_rename(request):
+    """frank-secondary serving under its own name before; afterwards the renamed units are gone,
+    frank-secondary is unmasked and deployed as the lab inventory has it."""
+
+    def restore():
+        remove_endpoint(NEW)
+        on_host("systemctl", "unmask", f"{OLD}.service", check=False)
+        on_host("sh", "-c", f"rm -rf /var/lib/llm-fleet/archive/*/{NEW}.service* /var/lib/llm-fleet/archive/*/{OLD}.service*")
+        on_host("find", "/var/lib/llm-fleet/archive", "-mindepth", "1", "-maxdepth", "1", "-type", "d", "-empty", "-delete", check=False)
+        on_host("systemctl", "daemon-reload")
+        subprocess.run([str(BIN / "ansible-playbook"), "playbooks/deploy_secondary.yml"], cwd=ROOT, env=env(), capture_output=True, check=False)
+
+    request.addfinalizer(restore)
+
+
+def test_a_wire_rename_moves_the_endpoint_and_a_rollback_returns_to_the_old_name(tmp_path, wire_rename):
+    # Before: frank-secondary serves under its own name.
+    rc, _stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=OLD)
+    assert rc == 0, failures(out) or out[-3000:]
+    assert served(PORT) == OLD
+
+    # The rename to the latest era's wire name: one inventory edit, one deploy_fleet run.
+    renamed = _renamed_inventory(tmp_path / "renamed", OLD, NEW)
+    rc, _stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=NEW, inventory=renamed)
+    assert rc == 0, failures(out) or out[-3000:]
+    assert served(PORT) == NEW
+    assert _unit_state(f"{NEW}.service") == ("enabled", "active")
+    # The old unit is retired (stopped, archived, masked), its container gone: nothing answers
+    # under the old name, and the generated scrape jobs, rules and client fragments name the new one.
+    assert _unit_state(f"{OLD}.service") == ("masked", "inactive")
+    assert on_host("sh", "-c", f"ls /var/lib/llm-fleet/archive/*/{OLD}.service")
+    assert OLD not in on_host("podman", "ps", "--format", "{{.Names}}").split()
+    generated = tmp_path / "generated"
+    proc = cli("generate", "-i", str(renamed), "-o", str(generated))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for folder in ("prometheus", "client"):
+        texts = "\n".join(path.read_text() for path in (generated / folder).rglob("*") if path.is_file())
+        assert NEW in texts and OLD not in texts, folder
+
+    # The rollback to the old names is the reverse edit: frank-secondary again, frank-zealot retired.
+    back = tmp_path / "back"
+    inventory = back / "inventories" / "lab"
+    shutil.copytree(LAB_INVENTORY, inventory)
+    (back / ".lab").symlink_to(ROOT / ".lab")
+    data = yaml.safe_load((inventory / "host_vars" / f"{OLD}.yml").read_text())
+    (inventory / "host_vars" / f"{OLD}.yml").write_text(yaml.safe_dump({**data, "endpoint_retired_units": [f"{NEW}.service"]}))
+    rc, _stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=OLD, inventory=inventory)
+    assert rc == 0, failures(out) or out[-3000:]
+    assert served(PORT) == OLD
+    assert _unit_state(f"{OLD}.service") == ("enabled", "active")
+    assert _unit_state(f"{NEW}.service") == ("masked", "inactive")

@@ -11,6 +11,7 @@ from fake_host import SYSTEMCTL, FakeClock, FakeRunner, fake_process, show, ss_l
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import endpoint_deploy as deploy_module
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_secrets import engine_secrets
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import wait_healthy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import RECORD_FILE
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, HealthSpec, UnitManager
@@ -171,3 +172,16 @@ def test_a_refused_key_fails_at_once_saying_which_case(tmp_path, given, message)
     with pytest.raises(GateError, match=message) as failure:
         gate(tmp_path, given, engine_with_key(KEY_A))()
     assert KEY_B not in str(failure.value) and KEY_A not in str(failure.value)
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "LLAMA_API_KEY", "DB_PASSWORD", "MYSECRET", "ACCESSTOKEN", "hf_token"])
+def test_credential_names_are_refused_in_the_plain_environment(name):
+    with pytest.raises(StepError, match=f"engine.environment: {name} look like credentials"):
+        engine_secrets({"engine": {"environment": {name: "x"}}, "shape": {"runtime": "llamacpp"}})
+
+
+@pytest.mark.parametrize("name", ["HALOGEN_TOKENIZER", "MAX_TOKENS", "HALOGEN_KV_POOL_POSITIONS"])
+def test_plain_names_holding_token_pass(name):
+    # halogen's tokenizer directory variable was refused as a credential until a lab deploy of the
+    # stand-in flash-server met it (every production halogen deploy would have been refused).
+    assert engine_secrets({"engine": {"environment": {name: "/models/tokenizer"}}, "shape": {"runtime": "halogen"}}) == {}

@@ -114,11 +114,19 @@ def test_halogen_environment_is_what_the_fleet_ran():
         "HALOGEN_KV_POOL_POSITIONS": "200704",
         "HALOGEN_TOKENIZER": "/models/tokenizer",
         "SPEC_ADAPT": "0",
+        # The collection's placeholder names (the seeds name none): the port and address the
+        # health gate judges, and the served id and model when the shape gives them.
+        "HALOGEN_HOST": "127.0.0.1",
+        "HALOGEN_PORT": "7770",
+        "HALOGEN_SERVED_ID": "frank-dragoon",
     }
+    env = engine_environment(dragoon(served_id="frank-dragoon-b", model_file="halogen.standin.json"), "/models")
+    assert (env["HALOGEN_SERVED_ID"], env["HALOGEN_MODEL"]) == ("frank-dragoon-b", "/models/halogen.standin.json")
     # Configured by environment: the image starts flash-server, the container gets no command.
     assert engine_argv(dragoon(), "/models", container=True) == []
-    with pytest.raises(ShapeError, match="extra_environment: HALOGEN_CTX is rendered from its own shape key"):
-        dragoon(extra_environment={"HALOGEN_CTX": "1"})
+    for name in ("HALOGEN_CTX", "HALOGEN_PORT"):
+        with pytest.raises(ShapeError, match=f"extra_environment: {name} is rendered from its own shape key"):
+            dragoon(extra_environment={name: "1"})
 
 
 def test_halogen_boot_lines_feed_calibration():

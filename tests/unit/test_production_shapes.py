@@ -54,6 +54,10 @@ def test_dragoon_runs_halogen_by_environment_at_200704():
         "HALOGEN_KV_POOL_POSITIONS": "200704",
         "HALOGEN_TOKENIZER": "/models/tokenizer",
         "SPEC_ADAPT": "0",
+        # Placeholder names (docs/vram_budget.md "halogen"): the LAN bind, the port and the id.
+        "HALOGEN_HOST": "0.0.0.0",
+        "HALOGEN_PORT": "7770",
+        "HALOGEN_SERVED_ID": "frank-dragoon",
     }
     assert engine_argv(shape, "/models", container=True) == []
 

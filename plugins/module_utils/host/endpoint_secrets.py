@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
@@ -22,6 +23,19 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import 
 API_KEY_ENV = {name: runtime.api_key_env for name, runtime in DRIVERS.items()}
 # Environment names that carry credentials: refused in the plain (recorded, 0640) environment.
 _SECRET_NAME_PARTS = ("API_KEY", "TOKEN", "PASSWORD", "SECRET")
+# Words that hold a part and name no credential: halogen's HALOGEN_TOKENIZER is a directory, and
+# a token count is a number.
+_PLAIN_WORDS = frozenset({"TOKENIZER", "TOKENIZERS", "TOKENS"})
+
+
+def looks_like_credential(name: str) -> bool:
+    """A variable name holding API_KEY, or a word holding TOKEN, PASSWORD or SECRET (HF_TOKEN,
+    DB_PASSWORD, MYSECRET), unless that word is a plain one (TOKENIZER)."""
+    upper = str(name).upper()
+    if "API_KEY" in upper:
+        return True
+    words = [word for word in re.split(r"[^A-Z0-9]+", upper) if word not in _PLAIN_WORDS]
+    return any(part in word for word in words for part in _SECRET_NAME_PARTS)
 
 
 def without_secrets(params: dict[str, Any] | None) -> dict[str, Any]:
@@ -39,7 +53,7 @@ def engine_secrets(params: dict[str, Any]) -> dict[str, str]:
     api_key = params.get("api_key") or ""
     for where in ("engine", "unit"):
         plain = ((params.get(where) or {}).get("environment")) or {}
-        leaked = sorted(k for k in plain if any(part in str(k).upper() for part in _SECRET_NAME_PARTS))
+        leaked = sorted(k for k in plain if looks_like_credential(k))
         if leaked:
             raise StepError(
                 f"{where}.environment: {', '.join(leaked)} look like credentials, and the plain environment is recorded and "

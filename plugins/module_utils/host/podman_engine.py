@@ -33,6 +33,9 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# Digests an inventory writes to mark "pin this later": one hex digit repeated, or a short run
+# repeated (0123456789abcdef..., deadbeef...). No image has one; refused before the host changes.
+_PLACEHOLDER_DIGEST_RE = re.compile(r"^sha256:(?:([0-9a-f])\1{63}|(?:0123456789abcdef){4}|(?:deadbeef){8})$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _USER_RE = re.compile(r"^([0-9]+):([0-9]+)$")
 _CAP_RE = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]*$")
@@ -162,6 +165,11 @@ class EngineContainer:
             raise EngineError(f"image: {self.image!r} is not a repository[:tag]")
         if not _DIGEST_RE.match(self.digest):
             raise EngineError(f"digest: expected sha256:<64 hex>, got {self.digest!r}")
+        if _PLACEHOLDER_DIGEST_RE.match(self.digest):
+            raise EngineError(
+                f"digest: {self.digest} is a placeholder, not the digest of {self.image}: pin the deployed image's digest "
+                f"(podman image inspect {self.image} --format '{{{{.Digest}}}}' on the host) in endpoint_image_digest"
+            )
         for key in ("model_dir", "model_mount", "cache_dir", "cache_mount"):
             value = getattr(self, key)
             if value:

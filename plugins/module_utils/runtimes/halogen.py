@@ -52,8 +52,13 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import GIB, 
 NAME = "halogen"
 POOL_LAW = "seed 004: the pool law ctx <= pool <= slots * ctx"
 TOKENIZER_LAW = "seed 004: 'tokenizer dir must be a real directory and every named file a regular file, no symlinks (HF snapshot links dangle in the mount)'"
-# Variables the driver renders from typed keys; extra_environment may not shadow them.
-OWN_VARIABLES = ("HALOGEN_CTX", "HALOGEN_KV_POOL_POSITIONS", "HALOGEN_TOKENIZER", "SPEC_ADAPT")
+# The variables the seeds name, and the four the collection names because the seeds do not (the
+# engine must listen on the shape's port and address and serve its id and model, or the health
+# gate judges a process the shape does not describe): PLACEHOLDER names until the card's are known
+# (docs/vram_budget.md "halogen"). extra_environment may not shadow any of them.
+SEED_VARIABLES = ("HALOGEN_CTX", "HALOGEN_KV_POOL_POSITIONS", "HALOGEN_TOKENIZER", "SPEC_ADAPT")
+PLACEHOLDER_VARIABLES = ("HALOGEN_HOST", "HALOGEN_PORT", "HALOGEN_SERVED_ID", "HALOGEN_MODEL")
+OWN_VARIABLES = SEED_VARIABLES + PLACEHOLDER_VARIABLES
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -157,6 +162,13 @@ def halogen_environment(shape: HalogenShape, model_root: str = "") -> dict[str, 
     }
     if shape.spec_adapt is not None:
         env["SPEC_ADAPT"] = "1" if shape.spec_adapt else "0"
+    env["HALOGEN_HOST"] = shape.bind
+    if shape.port not in (None, ""):
+        env["HALOGEN_PORT"] = str(shape.port)
+    if shape.served_id:
+        env["HALOGEN_SERVED_ID"] = str(shape.served_id)
+    if shape.model_file:
+        env["HALOGEN_MODEL"] = str(resolve_path(shape.model_file, model_root) or shape.model_file)
     for name, value in (shape.extra_environment or {}).items():
         env[str(name)] = parse_text(value, f"extra_environment.{name}")
     return env
@@ -320,7 +332,8 @@ def _compare_halogen(boot: dict[str, Any], shape: HalogenShape) -> dict[str, Any
     measured = {name: value for name, value in measured.items() if value is not None}
     predicted = {name: predicted[name] for name in measured}
     agree = all(abs(float(predicted[name]) - float(measured[name])) <= 0.05 + 1e-9 for name in measured)
-    detail = "KV reservation scaled by positions from kv_reservation_calibration; weights and working as declared"
+    basis = "scaled by positions from kv_reservation_calibration" if shape.kv_reservation_calibration else "positions x kv_pool_bytes_per_position"
+    detail = f"KV reservation {basis}; weights and working as declared"
     if facts.get("halogen_clamped"):
         agree, detail = False, detail + "; the boot printed a clamp line (the engine changed the shape)"
     return {"predicted": predicted, "measured": measured, "agree": agree, "detail": detail}
