@@ -36,7 +36,8 @@ LAB_PAGES = {"docs/lab.md", "docs/bench.md", "docs/vram_budget.md", "docs/qualif
 DEV_REFERENCES = {
     "README.md": 16,
     "docs/architecture.md": 14,
-    "docs/awx.md": 9,
+    # The page documents building and checking this tree's EE (make ee, make ee-check): its scripts.
+    "docs/awx.md": 15,
     "docs/browser_gate.md": 2,
     "docs/companions.md": 7,
     "docs/engine_units.md": 8,
