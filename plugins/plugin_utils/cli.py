@@ -76,6 +76,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.cli_views import (
     check_identity,
+    hub_hint,
     hub_source,
     inventory_dir_of,
     manifest_to_check,
@@ -220,7 +221,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
     # The budget gate's order: the payload identity first, then the Hub's geometry, then the price.
     manifest, unchecked = manifest_to_check(hostvars, args.manifest)
     try:
-        identity = check_identity(shape, manifest)["summary"] if manifest is not None else unchecked
+        identity = check_identity(shape, manifest) if manifest is not None else {"checked": False, "summary": unchecked}
     except InputError as exc:
         raise InputError(str(exc) if args.shape else f"{where}: {exc}") from None
     repo, revision = hub_source(hostvars)
@@ -236,7 +237,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
     try:
         result = price_shape(shape, hostvars.get("endpoint_devices"), args.payload_dir)
     except ShapeError as exc:
-        problem = shape_problem_text(exc, shape, _shape_key_origin(args, shape_field(exc)))
+        problem = shape_problem_text(exc, shape, _shape_key_origin(args, shape_field(exc))) + hub_hint(shape_field(exc), repo, hub, args.payload_dir)
         raise InputError(problem if args.shape else f"{where}: {problem}") from None
     except FileNotFoundError as exc:
         if not args.payload_dir or not exc.filename:
@@ -257,7 +258,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(render_table(result))
-        print(f"payload identity: {identity}")
+        print(f"payload identity: {identity['summary']}")
         if hub_line:
             print(hub_line)
     if args.svg:

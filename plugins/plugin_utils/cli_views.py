@@ -125,6 +125,15 @@ def wants_hub(mode: str, repo: str, shape: dict[str, Any], payload_dir: str | No
     return mode == "always" or (not payload_dir and not prices_on_controller(shape))
 
 
+def hub_hint(field: str, repo: str, hub: HubPricing | None, payload_dir: str | None) -> str:
+    """What a refusal of a shape without a geometry adds: the Hub, which could have priced it."""
+    if hub is not None or payload_dir or field not in ("model_file", "model_geometry"):
+        return ""
+    if repo:
+        return f"; or price it from {repo} on the Hub (without --no-hub, with endpoint_hub_pricing auto or always)"
+    return "; or name the Hub repo to read it from (endpoint_payload_manifest as a mapping with repo_id, or endpoint_hub_repo)"
+
+
 def shape_from_hub(shape: dict[str, Any], repo: str, revision: str) -> tuple[dict[str, Any], HubPricing]:
     """The shape with the geometry the Hub's headers give (HF_ENDPOINT, token from HF_TOKEN only)."""
     model_file = shape.get("model_file")

@@ -167,6 +167,7 @@ def test_budget_prices_from_the_hub_before_the_download_as_the_file_on_disk_does
     on_disk = price_shape(SHAPE, DEVICES, str(model.parent)).as_dict()
     assert {k: report[k] for k in on_disk} == on_disk
     assert report["hub"]["commit"] == emulator.repos[REPO].commit
+    assert report["payload_identity"]["ok"] is True and report["payload_identity"]["names"] == [{"field": "model_file", "path": "tiny.gguf", "kind": "file"}]
     # Only the header crossed the wire, never the weights.
     served = sum(emulator.bytes_served.values())
     assert 0 < served < model.stat().st_size
@@ -187,9 +188,26 @@ def test_no_hub_leaves_a_shape_without_geometry_unpriced_and_reads_nothing(tmp_p
     host_vars = write_host_vars(tmp_path / "hv.yml", SHAPE, endpoint_hub_repo=REPO)
     proc = run("budget", "--shape", str(host_vars), "--no-hub", env=hub_env(emulator))
     assert proc.returncode == 2 and "give model_geometry" in proc.stderr, proc.stderr
+    assert f"or price it from {REPO} on the Hub (without --no-hub" in proc.stderr
     assert sum(emulator.bytes_served.values()) == 0
 
 
 def test_hub_flag_without_a_repo_names_the_variables_to_set(tmp_path):
     proc = run("budget", "--shape", str(write_host_vars(tmp_path / "hv.yml", {**SHAPE, "model_geometry": GEOMETRY})), "--hub")
     assert proc.returncode == 2 and "endpoint_hub_repo" in proc.stderr
+
+
+GATED = "lab/gated-models"
+TOKEN = "hf_cli_views_SECRET_41d7"
+
+
+def test_a_gated_repo_is_read_with_the_token_from_hf_token_only(tmp_path, hub):
+    emulator, model = hub
+    emulator.add_file(GATED, "tiny.gguf", model, "lfs")
+    emulator.gate(GATED, TOKEN)
+    host_vars = write_host_vars(tmp_path / "hv.yml", SHAPE, endpoint_hub_repo=GATED)
+    proc = run("budget", "--shape", str(host_vars), env=hub_env(emulator))
+    assert proc.returncode == 2 and "HTTP 401" in proc.stderr and "HF_TOKEN" in proc.stderr, proc.stderr
+    proc = run("budget", "--shape", str(host_vars), env={**hub_env(emulator), "HF_TOKEN": TOKEN})
+    assert proc.returncode == 0, proc.stderr
+    assert f"from the Hub: {GATED}@" in proc.stdout and TOKEN not in proc.stdout + proc.stderr
