@@ -25,7 +25,7 @@ from ansible_collections.frank.llm_fleet.plugins.plugin_utils.user_errors import
 ROOT = Path(__file__).resolve().parents[2]
 QUALIFY_DEFAULTS = ROOT / "roles" / "qualify" / "defaults" / "main.yml"
 RESULTS_DIR_VAR = "qualify_results_dir"
-# The variables the results directory's rule reads (besides inventory_dir).
+# The variables the results directory's rule reads (besides inventory_dir), which must be paths.
 RESULTS_DIR_INPUTS = (RESULTS_DIR_VAR, "llm_fleet_qualify_dir", "llm_fleet_bench_dir")
 
 
@@ -54,11 +54,12 @@ def qualify_results_dir(hostvars: dict[str, Any], inventory_dir: str) -> str:
     if expression is None:
         with open(QUALIFY_DEFAULTS, encoding="utf-8") as handle:
             expression = yaml.safe_load(handle)[RESULTS_DIR_VAR]
-    variables: dict[str, Any] = {name: hostvars[name] for name in RESULTS_DIR_INPUTS if name in hostvars}
-    for name, value in variables.items():
+    for name in RESULTS_DIR_INPUTS:
+        value = hostvars.get(name, "")
         if is_vaulted(value) or not isinstance(value, str):
             raise InputError(f"{name} is {'vaulted' if is_vaulted(value) else type(value).__name__}; write the directory as a path in the clear, or give --dir")
-    variables = {name: trust_as_template(value) for name, value in variables.items()}
+    # Every host variable, as the play has them: a directory may be built from another variable.
+    variables = {name: trust_as_template(value) if isinstance(value, str) else value for name, value in hostvars.items()}
     variables["inventory_dir"] = inventory_dir
     try:
         rendered = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(str(expression)))

@@ -93,7 +93,7 @@ def write_inventory(root: Path, group_vars: dict) -> Path:
 def test_qualify_finds_the_results_where_the_role_leaves_them(tmp_path):
     """llm_fleet_bench_dir/qualify when only the bench directory is set (the lab's habit), with
     inventory_dir templated; llm_fleet_qualify_dir wins over it."""
-    inventory = write_inventory(tmp_path, {"llm_fleet_bench_dir": "{{ inventory_dir }}/../bench"})
+    inventory = write_inventory(tmp_path, {"lab_root": "{{ inventory_dir }}/..", "llm_fleet_bench_dir": "{{ lab_root }}/bench"})
     write_qualification(tmp_path / "bench" / "qualify")
     proc = run("qualify", "frank-secondary", "-i", str(inventory))
     assert proc.returncode == 0, proc.stderr
