@@ -7,6 +7,9 @@ ansible-inventory runs there, so that directory's ansible.cfg applies.
 
   llm-fleet budget --shape shape.yml [--set ctx_size=262144] [--svg ledger.svg] [--png ledger.png] [--json]
   llm-fleet budget --endpoint frank-secondary -i inventories/production   an inventory endpoint's shape and devices
+  llm-fleet budget ... [--manifest FILE] [--hub|--no-hub]   payload identity; Hub geometry before the download
+  llm-fleet qualify ENDPOINT -i inventories/production [--dir DIR] [--json]
+                                         the last qualify.yml results: the table and the recommended snippet
   llm-fleet gguf MODEL.gguf            header facts, read without touching tensor data
   llm-fleet devices [--source auto|nvidia-smi|rocm-smi|sysfs] [--from FILE --tool nvidia-smi|rocm-smi|sysfs-dir] [--json|--budget-yaml]
                                          this machine's GPUs (gpu_facts), or a recorded output's
@@ -29,7 +32,8 @@ the command line, and is sent to the Hub only.
 Exit status: 0 the shape fits / the payload is complete / every job answered / every stored boot
 agrees / every link passes, 1 it does not / is not / a job came back empty / a boot differs / a link
 fails, 2 invalid input (a file, inventory, key or value that cannot be used: the message names it
-and the fix), 3 an error in llm-fleet itself (LLM_FLEET_TRACEBACK=1 shows where), 130 interrupted.
+and the fix; a shape naming a file its manifest lacks, absent qualify results), 3 an error in
+llm-fleet itself (LLM_FLEET_TRACEBACK=1 shows where), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -66,8 +70,21 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, dump_manifest, load_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.progress import BarProgress
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import verify_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.results import ResultsError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.results import read as read_qualify_results
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import compare_boot, price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.cli_views import (
+    check_identity,
+    hub_hint,
+    hub_source,
+    inventory_dir_of,
+    manifest_to_check,
+    qualify_results_dir,
+    render_qualify,
+    shape_from_hub,
+    wants_hub,
+)
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import (
     EndpointFacts,
     exported_series,
@@ -201,10 +218,26 @@ def cmd_budget(args: argparse.Namespace) -> int:
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or exc
             raise InputError(f"--set {assignment!r}: the value is not YAML ({problem}); quote it, e.g. --set '{key}=\"{value}\"'") from None
+    # The budget gate's order: the payload identity first, then the Hub's geometry, then the price.
+    manifest, unchecked = manifest_to_check(hostvars, args.manifest)
+    try:
+        identity = check_identity(shape, manifest) if manifest is not None else {"checked": False, "summary": unchecked}
+    except InputError as exc:
+        raise InputError(str(exc) if args.shape else f"{where}: {exc}") from None
+    repo, revision = hub_source(hostvars)
+    mode = args.hub or str(hostvars.get("endpoint_hub_pricing", "auto"))
+    hub = None
+    try:
+        if wants_hub(mode, repo, shape, args.payload_dir):
+            shape, hub = shape_from_hub(shape, repo, revision)
+        elif args.hub == "always":
+            raise InputError("--hub: no repo to read: set endpoint_payload_manifest (a mapping with repo_id) or endpoint_hub_repo")
+    except InputError as exc:
+        raise InputError(str(exc) if args.shape else f"{where}: {exc}") from None
     try:
         result = price_shape(shape, hostvars.get("endpoint_devices"), args.payload_dir)
     except ShapeError as exc:
-        problem = shape_problem_text(exc, shape, _shape_key_origin(args, shape_field(exc)))
+        problem = shape_problem_text(exc, shape, _shape_key_origin(args, shape_field(exc))) + hub_hint(shape_field(exc), repo, hub, args.payload_dir)
         raise InputError(problem if args.shape else f"{where}: {problem}") from None
     except FileNotFoundError as exc:
         if not args.payload_dir or not exc.filename:
@@ -213,10 +246,21 @@ def cmd_budget(args: argparse.Namespace) -> int:
         raise InputError(problem if args.shape else f"{where}: {problem}") from None
     except (GGUFError, OSError) as exc:
         raise InputError(f"{where}: {exc}") from None
+    hub_line = (
+        f"from the Hub: {hub.repo_id}@{hub.commit[:12]} ({', '.join(hub.shape_keys)}; {hub.bytes_read} of {sum(f.size for f in hub.files)} bytes read)"
+        if hub
+        else None
+    )
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        report = result.as_dict()
+        report["payload_identity"] = identity
+        report["hub"] = hub.as_dict() if hub else None
+        print(json.dumps(report, indent=2))
     else:
         print(render_table(result))
+        print(f"payload identity: {identity['summary']}")
+        if hub_line:
+            print(hub_line)
     if args.svg:
         Path(args.svg).write_text(render_svg(result, args.title or ""))
         print(f"ledger picture: {args.svg}", file=sys.stderr)
@@ -225,6 +269,27 @@ def cmd_budget(args: argparse.Namespace) -> int:
         render_ledger_png(result.as_dict(), args.png, args.title or "")
         print(f"ledger picture: {args.png}", file=sys.stderr)
     return 0 if result.fits else 1
+
+
+def cmd_qualify(args: argparse.Namespace) -> int:
+    """The last qualification of an endpoint (playbooks/qualify.yml): its table and snippet."""
+    if args.dir:
+        results_dir = args.dir
+    else:
+        if not args.inventory:
+            raise InputError("give -i INVENTORY (its endpoint's qualify_results_dir is read from it) or --dir DIR")
+        hostvars = _inventory_endpoint(args.endpoint, args.inventory)
+        results_dir = qualify_results_dir(hostvars, inventory_dir_of(inventory_path(args.inventory)))
+    try:
+        document = read_qualify_results(results_dir, args.endpoint)
+    except ResultsError as exc:
+        raise InputError(str(exc)) from None
+    except (KeyError, TypeError, ValueError) as exc:  # a rung the reader cannot type
+        raise InputError(
+            f"{results_dir}: {args.endpoint}.qualify.json holds a rung it cannot read ({exc}); run playbooks/qualify.yml --limit {args.endpoint} again"
+        ) from None
+    print(json.dumps(document, indent=2) if args.json else render_qualify(document))
+    return 0
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -564,7 +629,24 @@ def _main(argv: list[str] | None = None) -> int:
     budget.add_argument("--svg", metavar="FILE", help="write the ledger as a stacked-bar picture")
     budget.add_argument("--png", metavar="FILE", help="write the ledger as a PNG picture (as the runbooks embed it)")
     budget.add_argument("--title", help="title of the picture")
+    budget.add_argument(
+        "--manifest", metavar="FILE", help="check the payload names against this manifest file (default: endpoint_payload_manifest when a mapping)"
+    )
+    budget.add_argument(
+        "--hub",
+        dest="hub",
+        action="store_const",
+        const="always",
+        help="price from the Hub's headers even when the shape has a geometry (default: endpoint_hub_pricing, auto)",
+    )
+    budget.add_argument("--no-hub", dest="hub", action="store_const", const="never", help="never read the Hub")
     budget.set_defaults(func=cmd_budget)
+    qualify = sub.add_parser("qualify", help="an endpoint's last qualification (playbooks/qualify.yml): the table and the recommended snippet")
+    qualify.add_argument("endpoint", help="the endpoint (its inventory host)")
+    qualify.add_argument("-i", "--inventory", help="the inventory whose qualify_results_dir holds the results")
+    qualify.add_argument("--dir", help="the results directory itself (no inventory read)")
+    qualify.add_argument("--json", action="store_true", help="print the stored result document")
+    qualify.set_defaults(func=cmd_qualify)
     devices = sub.add_parser("devices", help="this machine's GPUs as gpu_facts reads them, or a recorded output's")
     devices.add_argument("--source", choices=["auto", "nvidia-smi", "rocm-smi", "sysfs"], default="auto", help="where to read the live facts")
     devices.add_argument("--from", dest="recorded", metavar="FILE", help="parse a recorded output instead (a sysfs root directory for --tool sysfs-dir)")
