@@ -28,6 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_python import ENGINE_PYTHON_DIR, wants_engine_python
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, default
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -256,6 +257,9 @@ class EngineContainer:
         if self.cache_dir:
             argv += ["--volume", f"{self.cache_dir}:{self.cache_mount}:rw", "--env", f"HOME={self.cache_mount}"]
             argv += ["--env", f"XDG_CACHE_HOME={self.cache_mount}"]
+        if wants_engine_python(self.environment):
+            # The collection's engine-side Python (vLLM's key guard), read-only at the same path.
+            argv += ["--volume", f"{ENGINE_PYTHON_DIR}:{ENGINE_PYTHON_DIR}:ro"]
         argv += self._gpu_args()
         if env_file:
             # Values live in a root-only file, not on the command line (ps would show them).
