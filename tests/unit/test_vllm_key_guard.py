@@ -41,7 +41,6 @@ def call(guard, path, headers=(), kind="http", method="POST"):
     return status, bool(reached)
 
 
-
 @pytest.fixture
 def keyed(monkeypatch):
     monkeypatch.setenv("VLLM_API_KEY", KEY)
