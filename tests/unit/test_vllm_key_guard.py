@@ -3,6 +3,9 @@ install on the host and mount into the container, and the health gate that refus
 endpoint serving any path without the key."""
 
 import asyncio
+import dataclasses
+import hashlib
+import hmac
 import json
 import os
 
@@ -176,3 +179,17 @@ def test_a_keyless_endpoint_is_not_asked(tmp_path):
     asked = []
     assert gate(tmp_path, lambda *args: asked.append(args) or 200, api_key="").healthy
     assert asked == []
+
+
+def test_a_new_guard_changes_the_containers_config_hash_and_an_engine_without_it_keeps_its_own():
+    key = b"k" * 32
+    guarded = EngineContainer(name="frank-primary", image="img", digest="sha256:" + "0" * 64, environment=engine_environment(SHAPE))
+    before = guarded.config_hash(key)
+    guarded.engine_python_digest = engine_python.engine_python_digest()
+    installed = guarded.config_hash(key)
+    guarded.engine_python_digest = "0" * 64  # another release's guard
+    assert len({before, installed, guarded.config_hash(key)}) == 3
+    # The hash of an engine without engine-side Python, as main computed it before the field existed.
+    plain = EngineContainer(name="frank-secondary", image="img", digest="sha256:" + "0" * 64)
+    fields = {k: v for k, v in dataclasses.asdict(plain).items() if k != "engine_python_digest"}
+    assert plain.config_hash(key) == hmac.new(key, json.dumps(fields, sort_keys=True).encode(), hashlib.sha256).hexdigest()[:32]

@@ -8,6 +8,7 @@ neither the files nor the mount."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 
@@ -33,6 +34,14 @@ def engine_python_source(module: str) -> str:
         with open(str(imported.__file__), encoding="utf-8") as handle:
             source = handle.read()
     return source
+
+
+def engine_python_digest() -> str:
+    """SHA-256 over the files' names and sources: what a container's config hash includes."""
+    digest = hashlib.sha256()
+    for file_name, module in sorted(ENGINE_PYTHON_FILES.items()):
+        digest.update(f"{file_name}\0{engine_python_source(module)}\0".encode())
+    return digest.hexdigest()
 
 
 def ensure_engine_python(host: Host, directory: str = ENGINE_PYTHON_DIR) -> bool:

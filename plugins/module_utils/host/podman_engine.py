@@ -152,6 +152,9 @@ class EngineContainer:
     # Rootful podman keeps the host's GIDs on device nodes, while --group-add NAME would resolve
     # the name in the image's /etc/group (a different GID, or none).
     gpu_gids: list[int] = field(default_factory=list)
+    # Not an option: the digest of the collection's engine-side Python the container mounts
+    # (engine_python.py); in the config hash, so a new key guard restarts the engine.
+    engine_python_digest: str = ""
 
     def validate(self) -> None:
         self._refuse_control_characters()
@@ -231,7 +234,10 @@ class EngineContainer:
         """Keyed hash of everything that shapes the container. Environment values are included
         so a changed value changes ExecStart and restarts the unit; the key (root-only, per
         host) keeps a value from being recovered by hashing guesses against the label."""
-        data = json.dumps(asdict(self), sort_keys=True).encode()
+        fields_ = asdict(self)
+        if not fields_["engine_python_digest"]:
+            del fields_["engine_python_digest"]  # an engine without it keeps the hash it had
+        data = json.dumps(fields_, sort_keys=True).encode()
         return hmac.new(key, data, hashlib.sha256).hexdigest()[:32]
 
     def run_argv(self, hash_key: bytes, env_file: str | None = None) -> list[str]:
