@@ -145,7 +145,8 @@ def gate(tmp_path, api_key, answers):
     clock = FakeClock()
     health = HealthSpec(port=PORT, served_id="keyed", timeout=30, api_key=api_key)
     assert api_key not in repr(health) or not api_key
-    return lambda: wait_healthy(manager, UNIT, health, started_at=100.0, restarts_before=0, clock=clock, sleep=clock.sleep, get=answers)
+    # Every path outside /v1 refuses an unkeyed request, as a guarded engine does.
+    return lambda: wait_healthy(manager, UNIT, health, started_at=100.0, restarts_before=0, clock=clock, sleep=clock.sleep, get=answers, post=lambda *_: 401)
 
 
 def engine_with_key(key):

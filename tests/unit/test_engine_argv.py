@@ -56,6 +56,7 @@ def test_primary_vllm_argv():
         "--model", "/models",
         "--served-model-name", "frank-primary",
         "--host", "0.0.0.0", "--port", "7770",
+        "--middleware", "llm_fleet_vllm_key_guard.KeyGuard",
         "--max-model-len", "200704",
         "--max-num-seqs", "3",
         "--kv-cache-dtype", "fp8",

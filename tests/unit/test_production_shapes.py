@@ -26,6 +26,7 @@ def test_archon_runs_the_radiance_3_x_200000_fp8_shape():
         "--model", "/models/qwen38-iq4r.rad",
         "--served-model-name", "frank-archon",
         "--host", "0.0.0.0", "--port", "7770",
+        "--middleware", "llm_fleet_vllm_key_guard.KeyGuard",
         "--max-model-len", "200000",
         "--max-num-seqs", "3",
         "--kv-cache-dtype", "fp8",

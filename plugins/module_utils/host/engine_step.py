@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_python import engine_python_digest, ensure_engine_python, wants_engine_python
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import (
     EngineContainer,
     EngineError,
@@ -89,6 +90,9 @@ def ensure_engine(params: dict[str, Any], host: Host, diff: bool) -> dict[str, A
         result["env_changed"] = True
         host.remove(env_file)
     result["changed"] = result["changed"] or result["env_changed"] or hash_key.written
+    if wants_engine_python(engine.environment):
+        result["changed"] = ensure_engine_python(host) or result["changed"]
+        engine.engine_python_digest = engine_python_digest()
     if engine.cache_dir:
         try:
             result["changed"] = _own_cache_dir(host, engine.cache_dir, engine.uid_gid()) or result["changed"]

@@ -6,7 +6,8 @@ Green only when the unit is active, the listener on the port is this unit's (cgr
 container's engine process, a container runs under a live conmon that is its engine's parent (a
 SIGKILLed conmon leaves the engine serving for a while before it dies), it started after this start, /health answers OK and /v1/models lists
 the served id. A growing NRestarts during the wait is a crash loop and fails fast, and so do a
-foreign listener and a 401/403 (waiting cannot make an engine drop its key). Every failure carries
+foreign listener and a 401/403 (waiting cannot make an engine drop its key). A keyed endpoint is
+green only when every path of UNKEYED_PATHS refuses a request without the key. Every failure carries
 the unit's last journal lines. The clock, the sleep and the HTTP GET are parameters, so tests run
 the whole wait in milliseconds.
 """
@@ -64,7 +65,28 @@ def http_get(host: str, port: int, path: str, api_key: str = "", timeout: float 
         conn.close()
 
 
+def http_post_unkeyed(host: str, port: int, path: str, timeout: float = 5.0) -> int:
+    """POST a small JSON body with no credentials; the status, or 0 when nothing answers."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", path, body=UNKEYED_BODY, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read(1 << 16)
+        return response.status
+    except (OSError, http.client.HTTPException):
+        return 0
+    finally:
+        conn.close()
+
+
 HttpGet = Callable[[str, int, str, str], tuple[int, bytes]]
+HttpPost = Callable[[str, int, str], int]
+# Serving paths an engine may answer outside /v1 (vLLM 0.32 serves each of these
+# without its own key check): with a key set, an unkeyed request must get 401/403, or 404 where
+# the engine has no such route. Anything else means the path is served keyless. No admin path
+# (/pause, /sleep): on an unguarded engine the probe itself would act.
+UNKEYED_PATHS = ("/invocations", "/tokenize", "/detokenize", "/pooling", "/score", "/rerank", "/classify")
+UNKEYED_BODY = json.dumps({"prompt": "x", "max_tokens": 1, "input": "x", "text_1": "x", "text_2": "x", "tokens": [1]})
 # Answers that say the engine wants credentials the gate does not send: no wait can change them.
 _REFUSED = {401: "401 Unauthorized", 403: "403 Forbidden"}
 
@@ -78,6 +100,7 @@ def wait_healthy(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     get: HttpGet = http_get,
+    post: HttpPost = http_post_unkeyed,
 ) -> HealthReport:
     deadline = clock() + health.timeout
     begun = clock()
@@ -96,6 +119,7 @@ def wait_healthy(
         if report.active_state == "active":
             reason = _probe(manager, unit, props.get("ControlGroup", ""), health, started_at, report, get)
             if reason is None:
+                _refuse_keyless_paths(manager, unit, health, report, post)
                 report.healthy = True
                 return report
             last_reason = reason
@@ -145,6 +169,21 @@ def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, sta
     if health.served_id and health.served_id not in report.models:
         return f"{health.models_path} lists {report.models}, not {health.served_id!r}"
     return None
+
+
+def _refuse_keyless_paths(manager: UnitManager, unit: str, health: HealthSpec, report: HealthReport, post: HttpPost) -> None:
+    """A keyed endpoint answers no serving path without its key (checked once it is green)."""
+    if not health.api_key:
+        return
+    served = [f"{path} answered {status}" for path in UNKEYED_PATHS if (status := post(health.host, health.port, path)) not in (401, 403, 404)]
+    if served:
+        raise _fail(
+            manager,
+            unit,
+            f"{unit}: port {health.port} serves without the API key ({', '.join(served)} to an unkeyed POST); the engine's key "
+            "check does not cover every route - for vLLM the collection's key guard (--middleware) must be loaded",
+            report,
+        )
 
 
 def _refuse_credentials(manager: UnitManager, unit: str, health: HealthSpec, path: str, status: int, report: HealthReport) -> None:

@@ -28,6 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_python import ENGINE_PYTHON_DIR, wants_engine_python
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import ENGINE_OPTIONS, default
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -154,6 +155,9 @@ class EngineContainer:
     # Rootful podman keeps the host's GIDs on device nodes, while --group-add NAME would resolve
     # the name in the image's /etc/group (a different GID, or none).
     gpu_gids: list[int] = field(default_factory=list)
+    # Not an option: the digest of the collection's engine-side Python the container mounts
+    # (engine_python.py); in the config hash, so a new key guard restarts the engine.
+    engine_python_digest: str = ""
 
     def validate(self) -> None:
         self._refuse_control_characters()
@@ -238,7 +242,10 @@ class EngineContainer:
         """Keyed hash of everything that shapes the container. Environment values are included
         so a changed value changes ExecStart and restarts the unit; the key (root-only, per
         host) keeps a value from being recovered by hashing guesses against the label."""
-        data = json.dumps(asdict(self), sort_keys=True).encode()
+        fields_ = asdict(self)
+        if not fields_["engine_python_digest"]:
+            del fields_["engine_python_digest"]  # an engine without it keeps the hash it had
+        data = json.dumps(fields_, sort_keys=True).encode()
         return hmac.new(key, data, hashlib.sha256).hexdigest()[:32]
 
     def run_argv(self, hash_key: bytes, env_file: str | None = None) -> list[str]:
@@ -264,6 +271,9 @@ class EngineContainer:
         if self.cache_dir:
             argv += ["--volume", f"{self.cache_dir}:{self.cache_mount}:rw", "--env", f"HOME={self.cache_mount}"]
             argv += ["--env", f"XDG_CACHE_HOME={self.cache_mount}"]
+        if wants_engine_python(self.environment):
+            # The collection's engine-side Python (vLLM's key guard), read-only at the same path.
+            argv += ["--volume", f"{ENGINE_PYTHON_DIR}:{ENGINE_PYTHON_DIR}:ro"]
         argv += self._gpu_args()
         if env_file:
             # Values live in a root-only file, not on the command line (ps would show them).

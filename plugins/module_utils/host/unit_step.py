@@ -14,6 +14,7 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.drain import drain, read_in_flight
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_python import ensure_engine_python, wants_engine_python
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.health import http_get, wait_healthy
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import HEALTH_OPTIONS, UNIT_OPTIONS, with_defaults
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import (
@@ -102,11 +103,15 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
         result["env_changed"] = True
     if unit_changed:
         host.write(unit_path, unit_text, 0o644)
+    # A native engine's own Python (vLLM's key guard): a new guard takes effect only on a restart.
+    if wants_engine_python(environment) and ensure_engine_python(host):
+        content_changed = True
+        result["engine_python_changed"] = True
     health_params = params["health"]
     health = _health_spec(health_params) if health_params else None
     if host.check_mode:
         # What would change is known from the content; the start and the health gate need a real start.
-        result["changed"] = unit_changed or env_changed or restart
+        result["changed"] = unit_changed or env_changed or restart or bool(result.get("engine_python_changed"))
         if (content_changed or restart) and health and health.drain_timeout > 0:
             # Whether the restart would cut requests if it ran now: the listener is judged first, so
             # no key goes to a port a foreign process holds.

@@ -153,6 +153,10 @@ def shape_overhead(shape: VllmShape) -> int:
 
 # The shape's short spellings of a KV dtype as vLLM's --kv-cache-dtype choices (vllm/config/cache.py
 # CacheDType: "bfloat16" and "float16", no "bf16"; vLLM 0.32.0's argument parser refuses bf16).
+# The key guard: the module vLLM imports and the directory the deploy writes it to (the same
+# directory as host/engine_python.py's ENGINE_PYTHON_DIR, which a test holds equal).
+KEY_GUARD_MIDDLEWARE = "llm_fleet_vllm_key_guard.KeyGuard"
+KEY_GUARD_DIR = "/usr/local/lib/llm-fleet/engine-python"
 VLLM_DTYPE_SPELLING = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
 
@@ -161,6 +165,9 @@ def vllm_argv(shape: VllmShape, model_root: str = "", entry: list[str] | None = 
     model, served_id, port = serving(shape, model_root)
     argv = list(entry or [])
     argv += ["--model", model, "--served-model-name", served_id, "--host", shape.bind, "--port", port]
+    # The collection's key guard (runtimes/vllm_key_guard.py) in front of every route: vLLM's own
+    # key check covers only /v1, /v2, /inference and /cohere.
+    argv += ["--middleware", KEY_GUARD_MIDDLEWARE]
     argv += ["--max-model-len", str(shape.max_model_len), "--max-num-seqs", str(shape.max_num_seqs)]
     argv += ["--kv-cache-dtype", VLLM_DTYPE_SPELLING.get(shape.kv_cache_dtype.lower(), shape.kv_cache_dtype)]
     if shape.kv_cache_memory_bytes is not None:
@@ -554,6 +561,10 @@ class Vllm(Runtime):
 
     def argv(self, shape: Any, model_root: str = "", entry: list[str] | None = None) -> list[str]:
         return vllm_argv(shape, model_root, entry)
+
+    def environment(self, shape: Any, model_root: str = "") -> dict[str, str]:
+        # Where the engine's Python finds the key guard --middleware names (host and container alike).
+        return {"PYTHONPATH": KEY_GUARD_DIR}
 
     def price(self, shape: Any, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
         return _price_vllm(shape, devices, payload, boots)
