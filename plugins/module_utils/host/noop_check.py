@@ -19,7 +19,8 @@ reason the full path runs):
   or its container's engine under a live conmon), /health answers, /v1/models lists the served id;
 - probe: the smoke probe answers (not in check mode);
 - stable: MainPID and NRestarts are the same at the end as at the start.
-Nothing here changes the host: every step runs through a check-mode Host.
+Nothing here changes the host: every step runs through a check-mode Host. The one file it may
+write is the payload gate's own cache, a stamp after it hashed a file (as the gate's verify does).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class NoopProof:
     health: dict[str, Any] = field(default_factory=dict)
     completion: str = ""
     record: dict[str, Any] = field(default_factory=dict)
+    proc: str = "/proc"  # where the listener's process is judged (a test's made-up tree)
 
     def passed(self, check: str, detail: str) -> None:
         self.checks.append({"check": check, "ok": True, "detail": detail})
@@ -69,12 +71,12 @@ class NoopProof:
         self.checks[-1]["seconds"] = round(seconds, 3)
 
 
-def check_noop(params: dict[str, Any], host: Host, probe: Probe = run_probe, get: HttpGet = http_get) -> dict[str, Any]:
+def check_noop(params: dict[str, Any], host: Host, probe: Probe = run_probe, get: HttpGet = http_get, proc: str = "/proc") -> dict[str, Any]:
     """The verdict: `noop` (bool), `full_path_reason` (empty when it holds: `check: why`),
     `checks` (each passed check with what it saw, then the failed one), `main_pid`, `health`."""
     # Every step of the proof reads only: a forgotten branch cannot change the host.
     dry = Host(host.query, check_mode=True)
-    proof = NoopProof()
+    proof = NoopProof(proc=proc)
     for check, step in CHECKS:
         begun = time.monotonic()
         try:
@@ -179,7 +181,7 @@ def _gguf_split_count(path: str) -> int:
 def _running(params: dict[str, Any], dry: Host, proof: NoopProof, _probe: Probe | None, _get: HttpGet) -> None:
     unit = str(params["unit"]["name"])
     try:
-        props = UnitManager(dry).show(unit)
+        props = UnitManager(dry, proc=proof.proc).show(unit)
     except GateError as exc:
         raise FullPath(str(exc)) from None
     proof.main_pid = int(props.get("MainPID", "0") or 0)
@@ -202,7 +204,7 @@ def _health(params: dict[str, Any], dry: Host, proof: NoopProof, _probe: Probe |
     unit = str(params["unit"]["name"])
     try:
         # Once, no wait: an engine not healthy now takes the full path, whose gate waits for it.
-        report = wait_healthy(UnitManager(dry), unit, replace(spec, timeout=0.0), 0.0, proof.n_restarts, get=get)
+        report = wait_healthy(UnitManager(dry, proc=proof.proc), unit, replace(spec, timeout=0.0), 0.0, proof.n_restarts, get=get)
     except GateError as exc:
         raise FullPath(str(exc)) from None
     proof.health = report.as_dict()
@@ -228,7 +230,7 @@ def _probe(params: dict[str, Any], _dry: Host, proof: NoopProof, probe: Probe | 
 def _stable(params: dict[str, Any], dry: Host, proof: NoopProof, _probe: Probe | None, _get: HttpGet) -> None:
     unit = str(params["unit"]["name"])
     try:
-        props = UnitManager(dry).show(unit)
+        props = UnitManager(dry, proc=proof.proc).show(unit)
     except GateError as exc:
         raise FullPath(str(exc)) from None
     now = (int(props.get("MainPID", "0") or 0), int(props.get("NRestarts", "0") or 0))
