@@ -263,7 +263,7 @@ noop:
   returned: when noop_check is true
   type: bool
 full_path_reason:
-  description: With O(noop_check=true), the first check that failed and why (C(CHECK: REASON)); empty when RV(noop).
+  description: "With O(noop_check=true), the first check that failed and why (C(CHECK: REASON)); empty when RV(noop)."
   returned: when noop_check is true
   type: str
 checks:
