@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""No-op redeploy of frank-secondary on the lab: deploy_secondary.yml (every gate) vs a plain
-playbook doing only the generic part with builtin and containers.podman modules
-(benchmarks/playbooks/plain-secondary.yml). Also times a cold deploy (unit removed first) and a
-failed deploy with its automatic rollback (a shape that crashes at boot).
+"""No-op redeploys on the lab against plain playbooks, then (unless --noop-only) a cold deploy and
+a failed deploy with its automatic rollback.
 
-The two no-op playbooks run interleaved (ours, plain, ours, plain, ...) so a load change on a
-shared machine hits both alike; each figure is the best of --runs, the median is printed too.
-Every no-op run must report changed=0 (both playbooks write the same unit bytes), else the run
-is not a no-op and the benchmark stops. Needs the lab (`make lab-up`); take the lab lock:
+- One endpoint: deploy_secondary.yml (the role: its no-op fast path, or every gate) against
+  benchmarks/playbooks/plain-endpoint.yml for frank-secondary, a generic playbook with builtin and
+  containers.podman modules only (image present, unit file, service started, port, /health,
+  /v1/models).
+- --fleet: deploy_fleet.yml --limit llm_endpoints (every lab endpoint, and the clients' fragments
+  the fleet writes on the controller) against the plain playbook of each endpoint run in sequence.
 
-  flock /tmp/lab.lock .venv/bin/python benchmarks/bench_deploy.py [--runs 5]
+The playbooks run interleaved (ours, plain, ours, plain, ...) so a load change on a shared machine
+hits both alike; best and median of --runs are printed. Every no-op run must report changed=0
+(both write the same unit bytes), and each endpoint's MainPID must be the same after every run as
+before the first, else the benchmark stops. Needs the lab (`make lab-up`); take the lab lock:
 
-Goal: the no-op redeploy at <= 1.0x the plain playbook (aim: <= 0.7x).
+  flock /tmp/lab.lock .venv/bin/python benchmarks/bench_deploy.py --runs 3 --fleet [--noop-only]
+
+Goal: the no-op redeploy at <= 0.5x the plain playbook, best and median (one endpoint and fleet).
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST = "llm-fleet-lab-host1"
 UNIT = "frank-secondary.service"
 OURS = "playbooks/deploy_secondary.yml"
-PLAIN = "benchmarks/playbooks/plain-secondary.yml"
+FLEET = ("playbooks/deploy_fleet.yml", "--limit", "llm_endpoints")
+PLAIN = "benchmarks/playbooks/plain-endpoint.yml"
+LAB_ENDPOINTS = ("frank-primary", "frank-secondary")
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{BIN}:{os.environ['PATH']}"}
 ENV.setdefault("CONTAINERS_CONF", str(ROOT / "lab" / "containers.conf"))
@@ -59,26 +66,64 @@ def on_host(*argv: str) -> str:
     return subprocess.run(["podman", "exec", HOST, *argv], env=ENV, capture_output=True, text=True, check=True).stdout
 
 
+def main_pids(endpoints: tuple[str, ...]) -> dict[str, int]:
+    return {name: int(on_host("systemctl", "show", "-p", "MainPID", "--value", f"{name}.service").strip() or 0) for name in endpoints}
+
+
+def compare(label: str, ours: list[float], plain: list[float], runs: int) -> None:
+    best, median = min(ours) / min(plain), statistics.median(ours) / statistics.median(plain)
+    print(
+        f"{label}: ours {min(ours):.1f} s vs plain {min(plain):.1f} s: {best:.2f}x best of {runs}; "
+        f"medians {statistics.median(ours):.1f} s vs {statistics.median(plain):.1f} s: {median:.2f}x (goal <= 0.5x: {best <= 0.5 and median <= 0.5})"
+    )
+    print(f"  ours  {', '.join(f'{t:.2f}' for t in ours)}\n  plain {', '.join(f'{t:.2f}' for t in plain)}")
+
+
+def noop_pair(ours_args: tuple[str, ...], endpoints: tuple[str, ...], unit_files: dict[str, str], runs: int, pids: dict[str, int]) -> tuple[list, list]:
+    """ours and the plain playbooks (one per endpoint, in sequence), interleaved, each a no-op;
+    ours must have taken the fast path (the role says so)."""
+    ours, plain = [], []
+    for _run in range(runs):
+        ours.append(playbook(*ours_args, noop=True, expect="is a no-op: serving"))
+        check_pids(pids, endpoints)
+        plain.append(sum(playbook(PLAIN, "-e", f"plain_endpoint={name}", env={"PLAIN_UNIT_FILE": unit_files[name]}, noop=True) for name in endpoints))
+        check_pids(pids, endpoints)
+    return ours, plain
+
+
+def check_pids(before: dict[str, int], endpoints: tuple[str, ...]) -> None:
+    now = main_pids(endpoints)
+    if any(now[name] != before[name] for name in endpoints):
+        raise SystemExit(f"a no-op restarted an engine: MainPIDs {before} -> {now}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5, help="no-op runs of each playbook, interleaved (default 5)")
+    parser.add_argument("--runs", type=int, default=3, help="no-op runs of each playbook, interleaved (default 3)")
+    parser.add_argument("--fleet", action="store_true", help="also the fleet: deploy_fleet.yml against the plain playbooks in sequence")
+    parser.add_argument("--noop-only", action="store_true", help="skip the cold deploy and the rollback")
     args = parser.parse_args()
 
-    playbook(OURS)  # converge first
-    with tempfile.NamedTemporaryFile("w", suffix=".service") as unit_file:
-        unit_file.write(on_host("cat", f"/etc/systemd/system/{UNIT}"))
-        unit_file.flush()
-        plain_env = {"PLAIN_UNIT_FILE": unit_file.name}
-        playbook(PLAIN, env=plain_env, noop=True)
-        ours, plain = [], []
-        for _run in range(args.runs):
-            ours.append(playbook(OURS, noop=True))
-            plain.append(playbook(PLAIN, env=plain_env, noop=True))
-    print(
-        f"no-op redeploy: {OURS} {min(ours):.1f} s (all gates) vs plain playbook {min(plain):.1f} s: "
-        f"{min(ours) / min(plain):.2f}x best of {args.runs} (goal <= 1.0x); "
-        f"medians {statistics.median(ours):.1f} s vs {statistics.median(plain):.1f} s: {statistics.median(ours) / statistics.median(plain):.2f}x"
-    )
+    endpoints = LAB_ENDPOINTS if args.fleet else ("frank-secondary",)
+    playbook(*(FLEET if args.fleet else (OURS,)))  # converge first (and record the gates' inputs)
+    with tempfile.TemporaryDirectory() as tmp:
+        unit_files = {}
+        for name in endpoints:
+            unit_files[name] = f"{tmp}/{name}.service"
+            Path(unit_files[name]).write_text(on_host("cat", f"/etc/systemd/system/{name}.service"))
+        for name in endpoints:
+            playbook(PLAIN, "-e", f"plain_endpoint={name}", env={"PLAIN_UNIT_FILE": unit_files[name]}, noop=True)
+        playbook(OURS, noop=True)  # the fast path's record is written by the converge; this must be a no-op already
+        pids = main_pids(endpoints)
+        print(f"MainPIDs before: {pids}")
+        ours, plain = noop_pair((OURS,), ("frank-secondary",), unit_files, args.runs, pids)
+        compare(f"no-op redeploy of frank-secondary ({OURS})", ours, plain, args.runs)
+        if args.fleet:
+            ours, plain = noop_pair(FLEET, endpoints, unit_files, args.runs, pids)
+            compare(f"no-op fleet ({' '.join(FLEET)}; plain: {' + '.join(endpoints)} in sequence)", ours, plain, args.runs)
+        print(f"MainPIDs after: {main_pids(endpoints)} (the same: every no-op run reported changed=0)")
+    if args.noop_only:
+        return 0
 
     on_host("systemctl", "disable", "--now", UNIT)
     on_host("rm", "-f", f"/etc/systemd/system/{UNIT}", "/var/lib/llm-fleet/frank-secondary/last-good.json")

@@ -19,6 +19,10 @@ description:
     brought up again through the same gates and the task fails saying the new shape failed, why,
     and that the old one is serving again.
   - O(restore=true) brings the last-known-good shape up on demand.
+  - O(noop_check=true) changes nothing and proves, in this one call, that the deploy would be a
+    no-op - the record, the gates' inputs, the unit, image, env files and secrets as rendered, the
+    payload whole and stamped, the engine healthy under the unit's MainPID and answering the probe -
+    or names the check that needs the full path (RV(full_path_reason)). The role then skips its gates.
 author:
   - frank.llm_fleet maintainers (@frank-ops)
 extends_documentation_fragment:
@@ -86,6 +90,25 @@ options:
     description: Only bring the last-known-good shape (or, with O(generation), an older one) up again.
     type: bool
     default: false
+  noop_check:
+    description:
+      - Change nothing; prove that this deploy would be a no-op, in order - a last-known-good record
+        exists; its O(gates) equal these; the deploy's own steps in check mode would change nothing
+        (record, image digest, env files, kept secrets, unit file, firewall, retired units, payload
+        link); the payload gate's verification passes (every file at its size and, with
+        O(payload.check_hash), its sha256 - a stamp of an earlier verification while the file is
+        unchanged, else hashed); the unit is enabled and active; the health
+        gate passes at once (the listener is the unit's engine, /health, /v1/models); the probe
+        answers (not in check mode); MainPID and NRestarts did not move.
+      - Returns RV(noop) and, when it is false, RV(full_path_reason) - the first check that failed.
+    type: bool
+    default: false
+  gates:
+    description:
+      - What the controller-side gates before this call judged (the role gives the budget's devices
+        and settings and the payload gate's); kept in the record, and compared by O(noop_check).
+    type: dict
+    default: {}
   generation:
     description:
       - With O(restore=true), the known-good record to bring up - 0 is the last-known-good one, N the
@@ -128,6 +151,10 @@ options:
         default: 2
       purge_approved:
         description: After a green deploy, delete what C(.purge-staged/) holds, naming each entry and the bytes freed. Never without it.
+        type: bool
+        default: false
+      check_hash:
+        description: Whether the payload gate checks sha256; O(noop_check) then checks it too (stamps trusted).
         type: bool
         default: false
   retire_units:
@@ -231,9 +258,27 @@ restored:
   description: True when O(restore=true) brought the last-known-good shape up again (always restarted, so changed).
   returned: when restore is true
   type: bool
+noop:
+  description: With O(noop_check=true), whether the deploy would be a no-op (every check passed).
+  returned: when noop_check is true
+  type: bool
+full_path_reason:
+  description: "With O(noop_check=true), the first check that failed and why (C(CHECK: REASON)); empty when RV(noop)."
+  returned: when noop_check is true
+  type: str
+checks:
+  description: With O(noop_check=true), each check run - C(check), C(ok), C(detail) (what it saw).
+  returned: when noop_check is true
+  type: list
+  elements: dict
+main_pid:
+  description: With O(noop_check=true), the unit's MainPID the proof saw (0 when it never got that far).
+  returned: when noop_check is true
+  type: int
 """
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import deploy_endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.noop_check import check_noop
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import DEPLOY_OPTIONS, argument_spec
 from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
 
@@ -252,6 +297,8 @@ def main() -> None:
             "record_dir": {"type": "path", "required": True},
             "rollback": {"type": "bool", "default": True},
             "restore": {"type": "bool", "default": False},
+            "noop_check": {"type": "bool", "default": False},
+            "gates": {"type": "dict", "default": {}},
             "generation": {"type": "int", "default": 0},
             "keep_generations": {"type": "int", "default": 3},
             "retire_units": {"type": "list", "elements": "str", "default": []},
@@ -263,10 +310,11 @@ def main() -> None:
                     "generations": {"type": "int", "default": 0},
                     "keep_rejected": {"type": "int", "default": 2},
                     "purge_approved": {"type": "bool", "default": False},
+                    "check_hash": {"type": "bool", "default": False},
                 },
             },
         },
-        lambda call: deploy_endpoint(call.params, call.host, call.diff),
+        lambda call: check_noop(call.params, call.host) if call.params["noop_check"] else deploy_endpoint(call.params, call.host, call.diff),
     )
 
 

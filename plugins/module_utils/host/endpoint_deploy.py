@@ -128,6 +128,10 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     firewall_result = ensure_firewall(endpoint, firewall, host, diff)
     unit = unit_with_firewall(unit, firewall_result.pop("pre_start", None))
     record = {"shape": params.get("shape") or {}, "engine": without_secrets(engine) or None, "unit": without_secrets(unit)}
+    if params.get("gates"):
+        # What the controller-side gates judged before this call: the no-op check (noop_check.py)
+        # compares the next deploy's with these before it lets those gates be skipped.
+        record["gates"] = params["gates"]
     if params.get("payload"):
         with _payload_refusals():
             record["payload"] = payload_deployed.payload_identity(params["payload"])
