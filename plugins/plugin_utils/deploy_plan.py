@@ -358,3 +358,23 @@ def render(rows: list[Row], check_mode: bool, plays: list[Row] | None = None, pr
     if plays:
         lines += ["", *_table(Row("play", "outcome", "detail"), plays), "", _counts(plays)]
     return "\n".join(lines)
+
+
+def plan_table_from_facts(hosts: list[str], hostvars: Mapping[str, Any]) -> str:
+    """The fleet plan's table built from what the plan left on each endpoint (the kept refusal of
+    roles/endpoint/tasks/fleet_failed.yml, the budget task's result), for a run without this
+    collection's callback: playbooks/plan.yml prints it itself, so an installed user needs no
+    ansible.cfg line to read the verdicts."""
+    rows = []
+    for host in hosts:
+        facts = hostvars.get(host) or {}
+        failure = facts.get("__fleet_failure")
+        budget = facts.get("__endpoint_budget")
+        if failure is not None:
+            rows.append(Row(host, REFUSED, _first_line(" ".join(str(failure).split()))))
+        elif isinstance(budget, Mapping) and "fits" in budget:
+            verdict, detail = priced_verdict(budget)
+            rows.append(Row(host, verdict, detail))
+        else:
+            rows.append(Row(host, NOT_REACHED, "not priced in this run"))
+    return render(rows, check_mode=False, priced_only=True)

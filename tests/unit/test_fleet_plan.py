@@ -4,6 +4,7 @@ both verdicts, the run exits non-zero, and no host is contacted (the machines do
 `ssh` on PATH that records being run stays unrun) nor any vaulted value read (no vault password
 is given, and both endpoints carry a vaulted key)."""
 
+import json
 import os
 import re
 import shutil
@@ -29,7 +30,7 @@ def fleet(tmp_path):
     return copy
 
 
-def plan(tmp_path, *argv, playbook="playbooks/plan.yml"):
+def plan(tmp_path, *argv, playbook="playbooks/plan.yml", config=ROOT / "ansible.cfg"):
     """ansible-playbook with an `ssh` (and `scp`, `sftp`) first on PATH that only leaves a mark."""
     fake = tmp_path / "fake-bin"
     fake.mkdir(exist_ok=True)
@@ -37,7 +38,7 @@ def plan(tmp_path, *argv, playbook="playbooks/plan.yml"):
     for tool in ("ssh", "scp", "sftp"):
         (fake / tool).write_text(f'#!/bin/sh\necho "$0 $*" >> {marks}\nexit 255\n')
         (fake / tool).chmod(0o755)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{fake}:{BIN}:{os.environ['PATH']}"}
+    env = {**os.environ, "ANSIBLE_CONFIG": str(config), "PATH": f"{fake}:{BIN}:{os.environ['PATH']}"}
     env.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
     proc = subprocess.run([str(BIN / "ansible-playbook"), playbook, *argv], capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     return proc, marks
@@ -165,3 +166,24 @@ def test_a_shape_with_no_geometry_is_priced_from_the_hub_before_any_download(tmp
     assert "'fits: yes'" in ledger, ledger[:2000]
     # The geometry came from the Hub: the emulator sent the header's bytes.
     assert served > 0
+
+
+def test_without_the_callback_the_plan_prints_its_own_table(tmp_path, fleet, monkeypatch):
+    # A user who never enabled frank.llm_fleet.deploy_plan: the checkout's ansible.cfg without that line.
+    config = tmp_path / "ansible.cfg"
+    lines = (ROOT / "ansible.cfg").read_text().splitlines()
+    config.write_text("\n".join(line for line in lines if not line.startswith("callbacks_enabled")).replace("./.collections", str(ROOT / ".collections")))
+    monkeypatch.delenv("ANSIBLE_CALLBACKS_ENABLED", raising=False)
+    monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
+    proc, marks = plan(tmp_path, "-i", str(fleet), config=config)
+    out = proc.stdout
+    assert proc.returncode == 2 and not marks.exists(), out[-3000:]
+    shown = out[out.index("TASK [The fleet plan]") :].split("TASK [", 2)[1]
+    # The debug output in the json result format: one JSON string per line.
+    lines = [json.loads(line.strip().rstrip(",")) for line in shown.splitlines() if line.strip().startswith('"') and not line.strip().startswith('"msg"')]
+    assert "Fleet plan (priced only: nothing was changed)" in lines
+    refused = next(line for line in lines if line.startswith("plan-refused"))
+    assert " refused by a gate " in refused and "did you mean 'Qwen3-8B-Q4_K_M.gguf'?" in refused
+    fits = next(line for line in lines if line.startswith("plan-fits"))
+    assert fits.split()[1] == "fits" and "gpu1: 7,400.0 of 24,576.0 MiB" in fits
+    assert "1 refused by a gate, 1 fits" in lines

@@ -112,7 +112,7 @@ def test_a_new_user_prices_a_fleet_from_the_hub_with_the_installed_collection(co
         assert rows["my-misnamed"].startswith("refused by a gate (budget)") and "did you mean 'tiny.gguf'?" in rows["my-misnamed"]
         assert rows["my-hub"].startswith("fits"), rows
         ledger = out[out.index("TASK [frank.llm_fleet.endpoint : Show the ledger - my-hub]") :]
-        assert "\"fits: yes\"" in ledger and "\"weights        1.4\"" in ledger, ledger[:1500]
+        assert '"fits: yes"' in ledger and '"weights        1.4"' in ledger, ledger[:1500]
         # Priced from the Hub: the emulator served the header, and nothing downloaded it to disk.
         assert sum(emulator.bytes_served.values()) > served_before
         assert not Path("/srv/models/my-hub").exists()
