@@ -270,6 +270,19 @@ def _pool_verdict(kv: kv_law.VllmKv, max_len: int, device: str) -> Verdict:
     )
 
 
+def _arena_calibration(shape: VllmShape) -> expert_arena.ArenaCalibration | None:
+    """The printed arena boot, which must carry its utilization: vLLM's budget is total x util
+    (vllm/v1/worker/gpu_worker.py Worker.determine_available_memory), so the arena a boot printed
+    holds that boot's util, and without it a util change would move nothing."""
+    boot = expert_arena.arena_calibration_from(shape.expert_arena_calibration)
+    if boot is not None and boot.gpu_memory_utilization is None:
+        raise ShapeError(
+            "expert_arena_calibration.gpu_memory_utilization: give the utilization the boot ran at "
+            "(the arena it printed is that boot's total x util less the other terms; seed 004's boots ran at 0.98)"
+        )
+    return boot
+
+
 def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
     tp = shape.tensor_parallel
     if tp != len(devices):
@@ -299,6 +312,7 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
         budget = int(device.capacity * shape.gpu_memory_utilization)
         plan = None
         if shape.expert_offload and arena is None and overhead:
+            arena_boot = _arena_calibration(shape)
             plan = expert_arena.plan_arena(
                 budget=budget,
                 non_expert=weights,
@@ -307,7 +321,7 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
                 max_model_len=max_len,
                 reserve_per_token=shape.kv_reserve_per_token,
                 slot_bytes=shape.expert_slot_bytes,
-                calibration=expert_arena.arena_calibration_from(shape.expert_arena_calibration),
+                calibration=arena_boot,
                 capacity=device.capacity,
                 utilization=shape.gpu_memory_utilization,
             )
