@@ -4,11 +4,14 @@ Every expected figure is quoted from a seed line or follows from one by vLLM's r
 (vllm/v1/worker/gpu_worker.py Worker.determine_available_memory: what the KV cache (or, in the
 expert-offload fork, the arena) gets is total x gpu_memory_utilization less the non-KV peak)."""
 
+import pathlib
+
 import pytest
+import yaml
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
-from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import parse_size
+from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB, parse_size
 
 # seeds/000: "16.65 (precise overhead 5.25) + non-torch 1.45 = 31.73 of 31.86 GiB -> ~0.13"
 CARD = parse_size("31.86 GiB")
@@ -111,3 +114,59 @@ def test_without_a_pinned_pool_the_kv_pool_is_total_times_util_less_the_non_kv_p
     assert abs(term(result, "kv_pool") - pool) <= 1
     assert abs(result.kv["tokens"] - pool * INCUMBENT_TOKENS / INCUMBENT_POOL) <= 1
     assert result.kv["basis"] == "measured"
+
+
+def precise_200704(**changes):
+    """frank-primary's live shape of seed 004 (the 1ac4d48 deploy), as the production inventory of
+    that era typed it: fp8 3 x 200,704, KV_BYTES 3.15e9/rank, precise overhead, util 0.98."""
+    shape = incumbent(
+        max_model_len=200_704,
+        kv_cache_dtype="fp8",
+        kv_cache_memory_bytes=3_150_000_000,  # "-- the probe's projection is now production." / "pool 3,150,000,000, MNBT 1024"
+        gpu_memory_utilization=0.98,
+        expert_precise_memory=True,
+        precise_runtime_overhead="5.25 GiB",  # "runtime overhead 7.60 -> 5.25 GiB (precise gfx1201 TP2 registry)"
+        graph_memory="0.31 GiB",  # "the engine's own post-capture line reports 0.31 GiB"
+        calibration=[{"kv_dtype": "fp8", "max_model_len": 200_704, "pool_bytes": 3_150_000_000, "tokens": 398_658}],
+    )
+    shape.update(changes)
+    return shape
+
+
+def test_frank_primary_under_load_keeps_no_more_than_total_times_one_minus_util_free():
+    result = price(precise_200704())
+    # "5.25 GiB, expert cache space 17.22 GiB / 7522 slots, swap region 13.7 GiB /"
+    assert abs(term(result, "expert_arena") - parse_size("17.22 GiB")) < parse_size("0.01 GiB")
+    assert result.kv["tokens"] == 398_658  # "5986 slots, GPU KV cache 398,658 tokens / 1.99x, pool 3,150,000,000, MNBT 1024"
+    # The boot ledger alone leaves the 3.67 GiB the engine's budget never lets the card keep.
+    assert result.devices[0].free > parse_size("3.5 GiB")
+    serving = result.kv["serving_free_mib"]["r9700-0"] * 2**20
+    # seeds/004: "Driver used 30.97 of 31.86 GiB; the 0.89 GiB/card margin held through a live"
+    live_free = parse_size("31.86 GiB") - parse_size("30.97 GiB")
+    # The rule is a bound (the card never keeps more than total x (1 - util) under load); the
+    # rest of the live margin is the planner's graph estimate (0.55 GiB) above the measured 0.31.
+    assert serving == pytest.approx(0.02 * CARD, abs=2**20)
+    assert serving <= live_free < serving + parse_size("0.3 GiB")
+    assert any(note.startswith("serving:") for note in result.notes)
+
+
+def production_shape(endpoint):
+    path = pathlib.Path(__file__).resolve().parents[2] / "inventories" / "production" / "host_vars" / f"{endpoint}.yml"
+    host_vars = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return host_vars["endpoint_shape"], host_vars["endpoint_devices"]
+
+
+def test_frank_zealot_prices_the_driver_reserve_and_misses_only_on_the_seeds_rounded_weights():
+    shape, devices = production_shape("frank-zealot")
+    card = price_shape(shape, devices).devices[0]
+    terms = {t.name: t.bytes for t in card.terms}
+    # seeds/004: "Deploy verified: nvidia-smi 21,436 MiB used / 2,689 free at ubatch 2048 -"
+    used, free = 21_436 * MIB, 2_689 * MIB
+    assert terms["driver_reserved"] == card.capacity - used - free  # the free-field law: 451 MiB
+    # "verbosity-4 ledger confirms the KV law to the MiB (CUDA0 KV buffer" / "12,544.00 MiB"
+    assert terms["kv"] == 12_544 * MIB
+    # "401,408 pool), compute buffers 1,136 MiB CUDA0 + 848 MiB host, mmproj" / "879 + 248 MiB"
+    assert terms["compute"] == 1_136 * MIB and terms["projector"] == (879 + 248) * MIB
+    # Every term the engine printed is exact, so the whole miss is the weights' "~7 GiB"
+    # (which carries the host-resident input embedding): the card keeps 539 MiB more free than priced.
+    assert free - card.free == terms["weights"] - (used - terms["kv"] - terms["compute"] - terms["projector"]) == 539 * MIB

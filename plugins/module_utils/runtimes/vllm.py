@@ -283,6 +283,23 @@ def _arena_calibration(shape: VllmShape) -> expert_arena.ArenaCalibration | None
     return boot
 
 
+def _serving_free(shape: VllmShape, devices: list[DeviceLedger], notes: list[str]) -> dict[str, Any]:
+    """The card's free memory once serving. vLLM plans every allocation inside total x util
+    (vllm/v1/worker/gpu_worker.py Worker.determine_available_memory: the KV cache gets
+    total x util less the profiled peak), and the activation working set that peak measured is
+    reallocated by torch's caching allocator under load; the expert fork's planner reserves it
+    as its runtime overhead. So under load the driver sees at most total x (1 - util) free,
+    whatever the boot ledger leaves (seeds/004: "Driver used 30.97 of 31.86 GiB")."""
+    serving = {device.name: min(device.free, device.capacity - int(device.capacity * shape.gpu_memory_utilization)) for device in devices}
+    lowest = min(serving.values())
+    if lowest < min(device.free for device in devices):
+        notes.append(
+            f"serving: the activation working set is held inside total x util once requests run, so a card keeps at most "
+            f"{lowest / MIB:,.1f} MiB free under load (total x (1 - {shape.gpu_memory_utilization:g})), less than the boot ledger's free"
+        )
+    return {"serving_free_mib": {name: round(free / MIB, 1) for name, free in serving.items()}}
+
+
 def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
     tp = shape.tensor_parallel
     if tp != len(devices):
@@ -374,6 +391,8 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
         notes.append(kv.note)
     verdicts = [_pool_verdict(kv, max_len, devices[0].name)]
     verdicts.extend(_capacity_verdicts(devices, shape.free_floor, shape.max_device_gap))
+    if devices[0].kind != "cpu":
+        arena_facts.update(_serving_free(shape, devices, notes))
     verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), notes))
     client, client_judged = client_verdicts(shape)
     verdicts.extend(client_judged)
