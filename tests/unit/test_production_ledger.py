@@ -170,3 +170,14 @@ def test_frank_zealot_prices_the_driver_reserve_and_misses_only_on_the_seeds_rou
     # Every term the engine printed is exact, so the whole miss is the weights' "~7 GiB"
     # (which carries the host-resident input embedding): the card keeps 539 MiB more free than priced.
     assert free - card.free == terms["weights"] - (used - terms["kv"] - terms["compute"] - terms["projector"]) == 539 * MIB
+
+
+def test_a_vllm_shape_without_weights_is_refused_not_priced_free():
+    # The llama.cpp-era frank-large was priced with no weights at all ("63.9 GiB free" on a host
+    # serving an 87.3 GiB model); a vLLM card without weights_per_rank or weights is the same hole.
+    shape = incumbent(weights_per_rank=None)
+    result = price(shape)
+    assert not result.fits
+    refusal = next(v for v in result.failures if v.rule == "weights")
+    assert "weights_per_rank" in refusal.message
+    assert price(incumbent()).fits  # the same shape with its weights is priced

@@ -391,6 +391,18 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
         notes.append(kv.note)
     verdicts = [_pool_verdict(kv, max_len, devices[0].name)]
     verdicts.extend(_capacity_verdicts(devices, shape.free_floor, shape.max_device_gap))
+    if shape.weights_per_rank is None and shape.weights is None and devices[0].kind != "cpu":
+        # Free memory with no weights term is no figure at all: the weights are most of a card.
+        verdicts.append(
+            Verdict(
+                "weights",
+                False,
+                "weights: the shape gives no weights, so the card's free memory is not known; give weights_per_rank "
+                "(or weights, divided over the ranks): the model's safetensors size, or the boot's 'Model loading took N GiB' line",
+                devices[0].name,
+                "weights",
+            )
+        )
     if devices[0].kind != "cpu":
         arena_facts.update(_serving_free(shape, devices, notes))
     verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), notes))
