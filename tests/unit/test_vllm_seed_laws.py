@@ -38,7 +38,7 @@ def rank_shape(**changes):
         "runtime_overhead": "7.60 GiB",
         "precise_runtime_overhead": "5.25 GiB",
         "expert_slot_bytes": "2.344 MiB",
-        "expert_arena_calibration": {"max_model_len": 200_704, "runtime_overhead": "7.60 GiB", "arena": "14.87 GiB"},
+        "expert_arena_calibration": {"max_model_len": 200_704, "runtime_overhead": "7.60 GiB", "arena": "14.87 GiB", "gpu_memory_utilization": 0.98},
         "free_floor": "0.5 GiB",
         "calibration": [
             # seeds/004: "MAXLEN 262144 (6.1e9 -> 792,069 tokens) but 7,892 at 200704 (3.146e9 ->" / "398,658)"

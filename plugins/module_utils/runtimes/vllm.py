@@ -277,6 +277,36 @@ def _pool_verdict(kv: kv_law.VllmKv, max_len: int, device: str) -> Verdict:
     )
 
 
+def _arena_calibration(shape: VllmShape) -> expert_arena.ArenaCalibration | None:
+    """The printed arena boot, which must carry its utilization: vLLM's budget is total x util
+    (vllm/v1/worker/gpu_worker.py Worker.determine_available_memory), so the arena a boot printed
+    holds that boot's util, and without it a util change would move nothing."""
+    boot = expert_arena.arena_calibration_from(shape.expert_arena_calibration)
+    if boot is not None and boot.gpu_memory_utilization is None:
+        raise ShapeError(
+            "expert_arena_calibration.gpu_memory_utilization: give the utilization the boot ran at "
+            "(the arena it printed is that boot's total x util less the other terms; seed 004's boots ran at 0.98)"
+        )
+    return boot
+
+
+def _serving_free(shape: VllmShape, devices: list[DeviceLedger], notes: list[str]) -> dict[str, Any]:
+    """The card's free memory once serving. vLLM plans every allocation inside total x util
+    (vllm/v1/worker/gpu_worker.py Worker.determine_available_memory: the KV cache gets
+    total x util less the profiled peak), and the activation working set that peak measured is
+    reallocated by torch's caching allocator under load; the expert fork's planner reserves it
+    as its runtime overhead. So under load the driver sees at most total x (1 - util) free,
+    whatever the boot ledger leaves (seeds/004: "Driver used 30.97 of 31.86 GiB")."""
+    serving = {device.name: min(device.free, device.capacity - int(device.capacity * shape.gpu_memory_utilization)) for device in devices}
+    lowest = min(serving.values())
+    if lowest < min(device.free for device in devices):
+        notes.append(
+            f"serving: the activation working set is held inside total x util once requests run, so a card keeps at most "
+            f"{lowest / MIB:,.1f} MiB free under load (total x (1 - {shape.gpu_memory_utilization:g})), less than the boot ledger's free"
+        )
+    return {"serving_free_mib": {name: round(free / MIB, 1) for name, free in serving.items()}}
+
+
 def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadReader, boots: list[dict[str, Any]]) -> BudgetResult:
     tp = shape.tensor_parallel
     if tp != len(devices):
@@ -306,6 +336,7 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
         budget = int(device.capacity * shape.gpu_memory_utilization)
         plan = None
         if shape.expert_offload and arena is None and overhead:
+            arena_boot = _arena_calibration(shape)
             plan = expert_arena.plan_arena(
                 budget=budget,
                 non_expert=weights,
@@ -314,7 +345,7 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
                 max_model_len=max_len,
                 reserve_per_token=shape.kv_reserve_per_token,
                 slot_bytes=shape.expert_slot_bytes,
-                calibration=expert_arena.arena_calibration_from(shape.expert_arena_calibration),
+                calibration=arena_boot,
                 capacity=device.capacity,
                 utilization=shape.gpu_memory_utilization,
             )
@@ -367,6 +398,20 @@ def _price_vllm(shape: VllmShape, devices: list[DeviceLedger], payload: PayloadR
         notes.append(kv.note)
     verdicts = [_pool_verdict(kv, max_len, devices[0].name)]
     verdicts.extend(_capacity_verdicts(devices, shape.free_floor, shape.max_device_gap))
+    if shape.weights_per_rank is None and shape.weights is None and devices[0].kind != "cpu":
+        # Free memory with no weights term is no figure at all: the weights are most of a card.
+        verdicts.append(
+            Verdict(
+                "weights",
+                False,
+                "weights: the shape gives no weights, so the card's free memory is not known; give weights_per_rank "
+                "(or weights, divided over the ranks): the model's safetensors size, or the boot's 'Model loading took N GiB' line",
+                devices[0].name,
+                "weights",
+            )
+        )
+    if devices[0].kind != "cpu":
+        arena_facts.update(_serving_free(shape, devices, notes))
     verdicts.extend(rules.judge(shape, devices, geometry, payload.path(shape.model_file), notes))
     client, client_judged = client_verdicts(shape)
     verdicts.extend(client_judged)
