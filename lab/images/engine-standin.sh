@@ -11,7 +11,7 @@
 SUITE=bookworm
 PACKAGES=ca-certificates,python3
 APT_PACKAGES=()
-STANDIN_SHA256=228ba5426e0dabf9276ebaa253bb83272f993eb0aea89c4056fe3bdb719715c0
+STANDIN_SHA256=a95d35b934b8fc46be19bcb923a4acaadd3383eef37e30f6cf8fd8e90b240fae
 IMAGE_CHANGES=("ENV PYTHONUNBUFFERED=1" "ENTRYPOINT [\"/usr/local/bin/flash-server\"]")
 
 customize() {

@@ -170,6 +170,9 @@ def radiance_parser() -> argparse.ArgumentParser:
     parser.add_argument("--default-chat-template-kwargs")
     parser.add_argument("--attention-backend")
     parser.add_argument("--speculative-config")
+    # vLLM's --middleware, as the vLLM driver renders it for the collection's key guard: the stand-in
+    # already refuses every route but /health and /metrics without the key, so it only takes the flag.
+    parser.add_argument("--middleware", action="append", default=[])
     return parser
 
 

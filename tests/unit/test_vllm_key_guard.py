@@ -81,6 +81,8 @@ def test_the_guard_uses_only_the_standard_library():
     assert imports == {"__future__", "hashlib", "hmac", "os", "typing"}
 
 
+# A realistic digest: podman_engine refuses a placeholder one (all zeros).
+IMAGE_DIGEST = "sha256:" + hashlib.sha256(b"img").hexdigest()
 SHAPE = {"runtime": "vllm", "launch": "podman", "port": 7770, "model_file": "m", "served_id": "frank-primary", "max_model_len": 4096, "max_num_seqs": 2}
 
 
@@ -104,11 +106,11 @@ def test_the_guard_inherits_to_radiance_the_vllm_fork():
 
 
 def test_the_container_mounts_the_guard_read_only_only_for_engines_that_use_it():
-    guarded = EngineContainer(name="frank-primary", image="img", digest="sha256:" + "0" * 64, environment=engine_environment(SHAPE))
+    guarded = EngineContainer(name="frank-primary", image="img", digest=IMAGE_DIGEST, environment=engine_environment(SHAPE))
     argv = guarded.run_argv(b"k" * 32)
     directory = engine_python.ENGINE_PYTHON_DIR
     assert argv[argv.index(f"{directory}:{directory}:ro") - 1] == "--volume"
-    plain = EngineContainer(name="frank-secondary", image="img", digest="sha256:" + "0" * 64, environment={"LLAMA_ARG_X": "1"})
+    plain = EngineContainer(name="frank-secondary", image="img", digest=IMAGE_DIGEST, environment={"LLAMA_ARG_X": "1"})
     assert not any(directory in arg for arg in plain.run_argv(b"k" * 32))
 
 
@@ -183,13 +185,13 @@ def test_a_keyless_endpoint_is_not_asked(tmp_path):
 
 def test_a_new_guard_changes_the_containers_config_hash_and_an_engine_without_it_keeps_its_own():
     key = b"k" * 32
-    guarded = EngineContainer(name="frank-primary", image="img", digest="sha256:" + "0" * 64, environment=engine_environment(SHAPE))
+    guarded = EngineContainer(name="frank-primary", image="img", digest=IMAGE_DIGEST, environment=engine_environment(SHAPE))
     before = guarded.config_hash(key)
     guarded.engine_python_digest = engine_python.engine_python_digest()
     installed = guarded.config_hash(key)
     guarded.engine_python_digest = "0" * 64  # another release's guard
     assert len({before, installed, guarded.config_hash(key)}) == 3
     # The hash of an engine without engine-side Python, as main computed it before the field existed.
-    plain = EngineContainer(name="frank-secondary", image="img", digest="sha256:" + "0" * 64)
+    plain = EngineContainer(name="frank-secondary", image="img", digest=IMAGE_DIGEST)
     fields = {k: v for k, v in dataclasses.asdict(plain).items() if k != "engine_python_digest"}
     assert plain.config_hash(key) == hmac.new(key, json.dumps(fields, sort_keys=True).encode(), hashlib.sha256).hexdigest()[:32]
