@@ -91,7 +91,7 @@ def test_vllm_loads_the_guard_from_the_directory_the_deploy_writes():
     assert argv[argv.index("--middleware") + 1] == "llm_fleet_vllm_key_guard.KeyGuard"
     assert engine_environment(SHAPE) == {"PYTHONPATH": engine_python.ENGINE_PYTHON_DIR}
     assert vllm.KEY_GUARD_DIR == engine_python.ENGINE_PYTHON_DIR
-    assert [name.removesuffix(".py") for name in engine_python.ENGINE_PYTHON_FILES] == [vllm.KEY_GUARD_MIDDLEWARE.split(".")[0]]
+    assert [name.removesuffix(".py") for name in engine_python.ENGINE_PYTHON_FILES] == [vllm.KEY_GUARD_MIDDLEWARE.split(".", maxsplit=1)[0]]
 
 
 def test_the_guard_inherits_to_radiance_the_vllm_fork():

@@ -40,7 +40,7 @@ class KeyGuard:
             return True
         for name, value in scope.get("headers") or ():
             if name.lower() == b"authorization":
-                scheme, _, token = value.partition(b" ")
+                scheme, _space, token = value.partition(b" ")
                 if scheme.lower() == b"bearer":
                     return hmac.compare_digest(hashlib.sha256(token.strip()).digest(), self._digest)
                 return False
