@@ -1,5 +1,6 @@
 """The qualification's picture (plugins/plugin_utils/plots.py render_qualify_png) drawn from a
-results document the qualify code's own writer stored, decoded back, and the CLI naming it."""
+results document the qualify code's own writer stored, decoded back, drawn by the report task
+through Ansible, and the CLI naming it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from local_playbook import run_local_playbook
 from matplotlib.image import imread
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify import results
@@ -72,3 +74,17 @@ def test_a_document_without_its_figures_is_refused_naming_the_rung_and_the_fix(t
     with pytest.raises(ValueError, match=r"field 'rungs' is missing or empty"):
         render_qualify_png({"format": 1, "endpoint": "frank-secondary"}, str(tmp_path / "x.png"), source)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_report_task_draws_the_picture_on_the_controller(tmp_path):
+    """qualify_report as roles/qualify runs it (on the controller): the module's files, then the picture."""
+    rungs = results.step(LADDER, [], {"value": 81920, "fits": False, "why": "kv over gpu0 by 12 MiB"})["rungs"]
+    rungs = results.step(LADDER, rungs, {"value": 65536, "fits": True, "booted": True, "probe": PROBE})["rungs"]
+    args = {"results_dir": str(tmp_path / "q"), "endpoint": "frank-secondary", "settings": LADDER, "shape": SHAPE, "rungs": rungs}
+    proc, tasks = run_local_playbook(tmp_path, {"tasks": [{"frank.llm_fleet.qualify_report": args}]})
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    reported = tasks[0]["hosts"]["localhost"]
+    assert reported["picture"] == str(tmp_path / "q" / "frank-secondary.qualify.png")
+    assert imread(reported["picture"]).shape[:2] == (800, 1000)
+    proc, tasks = run_local_playbook(tmp_path, {"tasks": [{"frank.llm_fleet.qualify_report": {**args, "results_dir": str(tmp_path / "dry")}}]}, ["--check"])
+    assert proc.returncode == 0 and "picture" not in tasks[0]["hosts"]["localhost"] and not (tmp_path / "dry").exists()
