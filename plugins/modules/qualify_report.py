@@ -14,6 +14,10 @@ description:
     timing), C(ENDPOINT.qualify.txt) (the table - rung, value, verdict, free per device at boot and
     under the probe, tokens, concurrency, decode tok/s, why) and C(ENDPOINT.recommended.yml)
     (C(endpoint_shape) with the qualified value, the evidence in a comment).
+  - On the controller (C(delegate_to=localhost)) its action plugin then draws C(ENDPOINT.qualify.png)
+    from the JSON - one bar group per rung coloured by verdict - free MiB per device at boot and
+    under the probe, tokens with concurrency, decode tok/s; a rung the probe never reached is
+    marked C(not measured).
   - Runs where the results live, normally the controller (C(delegate_to=localhost)).
 author:
   - frank.llm_fleet maintainers (@frank-ops)
@@ -68,9 +72,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 paths:
-  description: The files written - C(json), C(table), C(snippet).
+  description: The files - C(json), C(table), C(snippet) written, and C(picture), drawn on the controller only.
   returned: success
   type: dict
+picture:
+  description: The picture's path; where the task did not run on the controller, why none was drawn.
+  returned: success, not in check mode
+  type: str
 table:
   description: The result table as text.
   returned: success

@@ -69,11 +69,13 @@ def qualify_results_dir(hostvars: dict[str, Any], inventory_dir: str) -> str:
 
 
 def render_qualify(document: dict[str, Any]) -> str:
-    """The table, the answer and the recommended inventory snippet of one stored qualification."""
+    """The table, the answer, the recommended inventory snippet and the picture's path of one stored qualification."""
     rungs = document.get("rungs") or []
     best = document.get("answer")
     answer = f"{document.get('key')} = {best}" if best is not None else "none: no rung passed"
     lines = [f"endpoint {document.get('endpoint')}: ladder over {document.get('key')}, {len(rungs)} rung(s); answer {answer}", "", document["table"]]
+    picture = document.get("picture")
+    lines += ["", f"picture: {picture}" if picture else f"no picture stored ({document.get('endpoint')}.qualify.png is drawn by playbooks/qualify.yml)"]
     snippet = document.get("snippet")
     lines += ["", "recommended (inventory snippet):", snippet.rstrip("\n")] if snippet else ["", "no recommended snippet stored"]
     return "\n".join(lines)

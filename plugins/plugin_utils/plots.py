@@ -1,6 +1,6 @@
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""PNG pictures for the controller: bench results and a budget ledger.
+"""PNG pictures for the controller: bench results, a budget ledger and a qualification ladder.
 
 Controller only: matplotlib is imported inside each function, so endpoint hosts, which never
 draw, do not need it.
@@ -14,6 +14,8 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.measure.bench import render_bench_table
+from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.results import rung_from_dict
+from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.verdicts import Rung
 from ansible_collections.frank.llm_fleet.plugins.module_utils.sizes import MIB
 
 MAX_RESULT_BYTES = 16 * 1024 * 1024  # a stored bench result is a few KiB
@@ -124,3 +126,70 @@ def render_stored_bench(result_path: str) -> tuple[dict[str, Any], list[Path]]:
     report = json.loads(text)
     report = report.get("bench", report)
     return report, write_bench_outputs(report, str(source.with_suffix("")), with_json=False)
+
+
+VERDICT_COLOURS = {"passed": "tab:green", "probe_failed": "tab:orange", "boot_failed": "tab:red", "refused": "tab:gray"}
+
+
+def _qualify_rungs(document: dict[str, Any], source: str) -> list[Rung]:
+    """The document's rungs, typed; a rung the picture cannot read is refused naming it."""
+    rungs = document.get("rungs")
+    if not isinstance(rungs, list) or not rungs:
+        raise ValueError(f"{source}: no rungs to draw (field 'rungs' is missing or empty); run playbooks/qualify.yml again")
+    typed = []
+    for number, raw in enumerate(rungs, 1):
+        try:
+            typed.append(rung_from_dict(raw))
+        except KeyError as exc:
+            raise ValueError(f"{source}: rung {number} has no field {exc}; run playbooks/qualify.yml again") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{source}: rung {number} cannot be read ({exc}); run playbooks/qualify.yml again") from None
+    return typed
+
+
+def render_qualify_png(document: dict[str, Any], path: str, source: str = "the results document") -> None:
+    """A qualification (results.render's document) as one bar group per rung: free MiB per device at
+    boot and under the probe, the tokens answered with the concurrency over them, and decode tok/s,
+    each bar coloured by the rung's verdict (boot hatched, probe solid). A rung the probe never
+    reached (refused, boot_failed) has no figures: its place says 'not measured'."""
+    rungs = _qualify_rungs(document, source)
+    plt = _pyplot()
+    devices = sorted({name for rung in rungs for name in (*rung.free_at_boot, *rung.free_under_probe)})
+    xs = list(range(len(rungs)))
+    colours = [VERDICT_COLOURS.get(rung.verdict, "black") for rung in rungs]
+    fig, (free, tokens, decode) = plt.subplots(3, 1, figsize=(SIZE_INCHES[0], 8.0), dpi=DPI, sharex=True)
+    width = 0.8 / max(2 * len(devices), 1)
+    for d, device in enumerate(devices):
+        for p, (phase, hatch) in enumerate((("boot", "//"), ("probe", ""))):
+            offset = (2 * d + p) * width - 0.4 + width / 2
+            values = [(rung.free_at_boot if phase == "boot" else rung.free_under_probe).get(device) for rung in rungs]
+            free.bar([x + offset for x in xs], [(v or 0) / MIB for v in values], width, color=colours, hatch=hatch, edgecolor="black", linewidth=0.5)
+            for x, value in zip(xs, values):
+                if value is not None:
+                    free.text(x + offset, value / MIB, f"{device} {phase}", ha="center", va="bottom", fontsize="x-small", rotation=90)
+    free.set_ylabel("free MiB (min sampled)")
+    tokens.bar(xs, [rung.tokens or 0 for rung in rungs], 0.5, color=colours)
+    for x, rung in zip(xs, rungs):
+        if rung.concurrency is not None:
+            tokens.text(x, rung.tokens or 0, f"{rung.concurrency[0]}/{rung.concurrency[1]} at once", ha="center", va="bottom", fontsize="small")
+    tokens.set_ylabel("tokens answered")
+    decode.bar(xs, [rung.decode_tps or 0.0 for rung in rungs], 0.5, color=colours)
+    decode.set_ylabel("decode tok/s")
+    for x, rung in zip(xs, rungs):
+        if not (rung.free_at_boot or rung.free_under_probe or rung.tokens or rung.decode_tps):
+            for axis in (free, tokens, decode):
+                axis.text(x, 0, "not measured", ha="center", va="bottom", fontsize="small", color=VERDICT_COLOURS.get(rung.verdict, "black"))
+    for axis in (free, tokens, decode):
+        axis.grid(axis="y", alpha=0.3)
+        axis.margins(y=0.35)  # room above the bars for their labels and the legend
+    decode.set_xticks(xs)
+    decode.set_xticklabels([f"{rung.index}: {rung.value:,}\n{rung.verdict}" for rung in rungs], fontsize="small")
+    for label, colour in zip(decode.get_xticklabels(), colours):
+        label.set_color(colour)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in VERDICT_COLOURS.values()]
+    free.legend(handles, list(VERDICT_COLOURS), loc="upper left", fontsize="small", ncol=4, title="verdict (hatched: at boot)")
+    best = document.get("answer")
+    fig.suptitle(f"{document.get('endpoint')}: ladder over {document.get('key')}, answer {best if best is not None else 'none (no rung passed)'}")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)

@@ -5,7 +5,8 @@
 `step` judges the rung just measured, appends it, and names the next value (None: the search is
 done). `write` leaves three files per endpoint in the results directory: NAME.qualify.json (every
 rung, the answer, the restore's timing), NAME.qualify.txt (the table) and NAME.recommended.yml
-(the inventory snippet). `read` is the reader an operator view (`llm-fleet qualify`) uses.
+(the inventory snippet); the controller draws NAME.qualify.png from the JSON (plugin_utils/plots.py,
+where matplotlib is). `read` is the reader an operator view (`llm-fleet qualify`) uses.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def paths(results_dir: str, endpoint: str) -> dict[str, str]:
         "json": os.path.join(results_dir, f"{endpoint}.qualify.json"),
         "table": os.path.join(results_dir, f"{endpoint}.qualify.txt"),
         "snippet": os.path.join(results_dir, f"{endpoint}.recommended.yml"),
+        "picture": os.path.join(results_dir, f"{endpoint}.qualify.png"),
     }
 
 
@@ -149,4 +151,6 @@ def read(results_dir: str, endpoint: str) -> dict[str, Any]:
     if os.path.exists(where["snippet"]):
         with open(where["snippet"], encoding="utf-8") as handle:
             document["snippet"] = handle.read()
+    if os.path.exists(where["picture"]):
+        document["picture"] = where["picture"]
     return document
