@@ -211,3 +211,19 @@ def dropped_from_outside(own: str, port: int) -> bool:
         check=False,
     )
     return proc.returncode == 28
+
+
+def combined_manifest(*models: str, host: str = HOST) -> str:
+    """A payload manifest on the lab host naming several of the lab's models (each has its own,
+    under /srv/lab-models): for a candidate that adds a drafter or swaps the weights, whose every
+    file the budget's payload identity check finds in the manifest. Returns its path on the host."""
+    files, commits = [], []
+    for model in models:
+        manifest = json.loads((ROOT / ".lab" / "models" / f"{model}.manifest.json").read_text())
+        files += manifest["files"]
+        commits.append(manifest["revision"])
+    combined = {"repo_id": "lab/" + "+".join(models), "revision": commits[0], "repo_type": "model", "files": files}
+    path = "/var/lib/llm-fleet-tests/" + "+".join(models) + ".manifest.json"
+    on_host("mkdir", "-p", "/var/lib/llm-fleet-tests", host=host)
+    subprocess.run(["podman", "exec", "-i", host, "sh", "-c", f"cat > {path}"], input=json.dumps(combined), text=True, env=env(), check=True)
+    return path

@@ -8,7 +8,7 @@ needs a real model (docs/qualify.md)."""
 import json
 
 import pytest
-from lab_host import failures, playbook, require_lab_host, served
+from lab_host import combined_manifest, failures, playbook, require_lab_host, served
 from lab_qualify import PORT, deployed, slot_ctx
 
 pytestmark = pytest.mark.lab
@@ -24,7 +24,13 @@ def gate(tmp_path, candidate):
         tmp_path,
         "quality_gate.yml",
         limit=ENDPOINT,
-        extra_vars={"qualify_quality_candidate": candidate, "qualify_results_dir": str(results), "qualify_deadman_seconds": 300, "qualify_spec_max_tokens": 32},
+        extra_vars={
+            "qualify_quality_candidate": candidate,
+            "endpoint_payload_manifest": combined_manifest("tiny-llama-h4kv2d32", "tiny-llama-h4kv1d64"),
+            "qualify_results_dir": str(results),
+            "qualify_deadman_seconds": 300,
+            "qualify_spec_max_tokens": 32,
+        },
     )
     return rc, out, results
 

@@ -8,7 +8,7 @@ seed must fail the identity check (the check can fail)."""
 import json
 
 import pytest
-from lab_host import failures, on_host, playbook, require_lab_host, served
+from lab_host import combined_manifest, failures, on_host, playbook, require_lab_host, served
 from lab_qualify import PORT, slot_ctx
 from test_qualify_playbook import UNIT_PATH, deployed, exists
 
@@ -28,7 +28,13 @@ def run(tmp_path, configs):
         tmp_path,
         "spec_ab.yml",
         limit=ENDPOINT,
-        extra_vars={"qualify_spec_configs": configs, "qualify_results_dir": str(results), "qualify_deadman_seconds": 300, "qualify_spec_max_tokens": 48},
+        extra_vars={
+            "qualify_spec_configs": configs,
+            "endpoint_payload_manifest": combined_manifest("tiny-llama-h4kv2d32", "tiny-llama-h4kv1d64"),
+            "qualify_results_dir": str(results),
+            "qualify_deadman_seconds": 300,
+            "qualify_spec_max_tokens": 48,
+        },
     )
     return rc, out, results
 
