@@ -222,8 +222,8 @@ def combined_manifest(*models: str, host: str = HOST) -> str:
         manifest = json.loads((ROOT / ".lab" / "models" / f"{model}.manifest.json").read_text())
         files += manifest["files"]
         commits.append(manifest["revision"])
-    combined = {"repo_id": "lab/" + "+".join(models), "revision": commits[0], "repo_type": "model", "files": files}
-    path = "/var/lib/llm-fleet-tests/" + "+".join(models) + ".manifest.json"
+    combined = {"repo_id": "lab/" + "-and-".join(models), "revision": commits[0], "repo_type": "model", "files": files}
+    path = "/var/lib/llm-fleet-tests/" + "-and-".join(models) + ".manifest.json"
     on_host("mkdir", "-p", "/var/lib/llm-fleet-tests", host=host)
     subprocess.run(["podman", "exec", "-i", host, "sh", "-c", f"cat > {path}"], input=json.dumps(combined), text=True, env=env(), check=True)
     return path
