@@ -146,7 +146,9 @@ def test_a_shape_outside_the_seeds_laws_is_refused_before_the_host_changes(tmp_p
     unit = f"{name}.service"
     pid, unit_file = unit_property(unit, "MainPID"), on_host("cat", f"/etc/systemd/system/{unit}")
     rc, _stats, out = deploy(tmp_path, with_shape(tmp_path, name, {**shape_of(name), **changes}), limit=name)
-    assert rc != 0 and named in out, failures(out) or out[-3000:]
+    # Refused by the shape's own parser in the preflight: the key (with its file) and the law's words.
+    key, reason = named.split(": ", 1)
+    assert rc != 0 and f"endpoint_shape.{key} (" in out and reason in out, failures(out) or out[-3000:]
     assert unit_property(unit, "MainPID") == pid and on_host("cat", f"/etc/systemd/system/{unit}") == unit_file
 
 
