@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import graph_law, kv_law
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import geometry_mapping
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ggml_graph import Graph
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFHeader, TensorInfo
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import geometry_from_header
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_boot_log, price_shape
@@ -44,6 +46,35 @@ def header_of(record: dict[str, Any]) -> GGUFHeader:
 def mapping_of(model: str) -> dict[str, Any]:
     """The stored header read as the gate reads a GGUF, as the explicit model_geometry mapping."""
     return geometry_mapping(geometry_from_header(header_of(MODELS[model])))
+
+
+def engine_flash_attn(case: dict[str, Any]) -> bool:
+    """Whether the engine ran flash attention: auto resolves at the fused-op check (b11669 prints
+    "Flash Attention enabled" or "disabled"), an explicit setting is printed as such."""
+    for line in case["lines"]:
+        if "Flash Attention" in line:
+            return "enabled" in line
+    for line in case["lines"]:
+        if "llama_context: flash_attn" in line and "auto" not in line:
+            return line.rstrip().endswith("enabled")
+    return case["shape"].get("flash_attn") is not False
+
+
+def case_graphs(case: dict[str, Any], flash_attn: bool) -> list[tuple[tuple[int, int, int], Graph]]:
+    shape = case["shape"]
+    geometry = kv_law.geometry_from_header(header_of(MODELS[case["model"]]))
+    batch = graph_law.llamacpp_batch(shape["ctx_size"], shape["parallel"], shape.get("batch"), shape["ubatch"])
+    kv = kv_law.llamacpp_kv(
+        geometry,
+        shape["ctx_size"],
+        shape["parallel"],
+        shape["type_k"],
+        shape["type_v"],
+        unified=shape.get("kv_unified", False),
+        ubatch=batch.n_ubatch,
+        swa_full=shape.get("swa_full", False),
+    )
+    return graph_law.replay_graphs(geometry, kv, batch, shape["parallel"], flash_attn, shape["type_k"], shape["type_v"], shape.get("kv_unified", False))
 
 
 def priced(case: dict[str, Any]):

@@ -15,10 +15,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from corpus_replay import CASES, MODELS, compare, compute_by_architecture, engine_refusal, matches, mib
+from corpus_replay import CASES, MODELS, case_graphs, compare, compute_by_architecture, engine_flash_attn, engine_refusal, matches, mib
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import graph_law
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import llama as llama_graph
 
 # Where the calibrated compute law stood when it was fitted (docs/vram_budget.md): the share of
 # priced boots within 5% and 10%, the worst a boot may be off, and the total within 3%.
@@ -94,37 +93,19 @@ def test_the_llama_replay_holds_its_match_rate(monkeypatch):
     assert configured == ("replay" if replay_ok > law_ok else "law"), f"replay {replay_ok}, law {law_ok}: llama is priced by {configured}"
 
 
-# What the llama replay's graph lacks, counted on the engine's own `sched_reserve: graph:` line:
-# with flash attention on one KV stream, 3 nodes and 2 input tensors in every boot.
-REPLAY_MISSING_NODES = 3
-REPLAY_MISSING_INPUTS = 2
-_GRAPH_LINE = re.compile(r"graph: nodes = (\d+), splits = \d+, input objects = \d+, input tensors = (\d+)")
+# The engine's `sched_reserve: graph: nodes = N` line (or "pp / tg" counts when they differ): the
+# replay's graphs hold exactly the engine's nodes, in every served boot of an architecture it builds.
+_GRAPH_LINE = re.compile(r"sched_reserve: graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)(?: / (\d+))?,")
 
 
-def test_the_llama_replay_graph_lacks_only_the_counted_nodes(monkeypatch):
-    monkeypatch.setitem(graph_law.COMPUTE_RULE, "llama", "replay")
-    built = []
-    build = llama_graph.llama_graph
+def _replayed(case):
+    return case["served"] and MODELS[case["model"]]["generator"]["arch"] in graph_law.REPLAYS
 
-    def recording(*args, **kwargs):
-        built.append(build(*args, **kwargs))
-        return built[-1]
 
-    monkeypatch.setattr(llama_graph, "llama_graph", recording)
-    checked = 0
-    for case in CASES:
-        text = "\n".join(case["lines"])
-        shape = case["shape"]
-        one_stream = shape["parallel"] == 1 or shape["kv_unified"]
-        flash = "flash_attn            = enabled" in text or "Flash Attention enabled" in text
-        if not case["served"] or MODELS[case["model"]]["generator"]["arch"] != "llama" or not (flash and one_stream):
-            continue
-        built.clear()
-        if compare(case).refused_by_gate:
-            continue
-        nodes, inputs = map(int, _GRAPH_LINE.search(text).groups())
-        prompt_graph = built[0]
-        ours = (len(prompt_graph.nodes), sum(leaf.is_input for leaf in prompt_graph.leafs))
-        assert (nodes - ours[0], inputs - ours[1]) == (REPLAY_MISSING_NODES, REPLAY_MISSING_INPUTS), case["id"]
-        checked += 1
-    assert checked >= 50, checked
+@pytest.mark.parametrize("case", [c for c in CASES if _replayed(c)], ids=_id)
+def test_the_replay_builds_the_engines_graphs_node_for_node(case):
+    match = _GRAPH_LINE.search("\n".join(case["lines"]))
+    assert match, "the boot kept no sched_reserve graph line"
+    pp_nodes, tg_nodes = int(match.group(1)), int(match.group(2) or match.group(1))
+    graphs = [graph for _key, graph in case_graphs(case, engine_flash_attn(case))]
+    assert (len(graphs[0].nodes), len(graphs[1].nodes)) == (pp_nodes, tg_nodes)

@@ -45,7 +45,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ggml_alloc import graph_peak
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ggml_graph import Graph, graph_peak
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import common as graph_common
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import llama as llama_graph
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import LlamaCppKv, ModelGeometry
 
@@ -66,8 +67,8 @@ CPU_ALIGNMENT = 32
 # replay lands 101 of the corpus's 152 llama boots within 5% against the law's 134 (its graph
 # still misses nodes the engine has: 39 of 42 in a one-layer graph), so the law prices every
 # architecture until the replay's graph is the engine's; tests/differential measures both.
-COMPUTE_RULE = {"llama": "law", "gemma2": "law", "gemma3": "law", "mamba": "law"}
-REPLAYS = {"llama": "llama"}
+COMPUTE_RULE = {"llama": "replay", "gemma2": "law", "gemma3": "law", "mamba": "law"}
+REPLAYS = {"llama": llama_graph.build}
 
 
 @dataclass(frozen=True)
@@ -102,37 +103,67 @@ def compute_buffer_bytes(
     flash_attn: bool,
     type_k: str,
     type_v: str,
+    unified: bool = False,
 ) -> int:
     """The compute buffer the engine reserves for one context (all its layers in one buffer)."""
-    graphs = reserved_graphs(kv.n_ctx, batch, n_seq_max)
     if COMPUTE_RULE.get(geometry.architecture) == "replay" and geometry.architecture in REPLAYS:
-        return replay_compute_bytes(geometry, kv, graphs, flash_attn, type_k, type_v)
+        return replay_compute_bytes(geometry, kv, batch, n_seq_max, flash_attn, type_k, type_v, unified)
+    graphs = reserved_graphs(kv.n_ctx, batch, n_seq_max)
     if geometry.ssm_d_inner and not _attention_layers(geometry):
         return round(max(_mamba_bytes(geometry, tokens, outputs, n_seq_max) for tokens, outputs in graphs))
     return round(max(_graph_bytes(geometry, kv, tokens, outputs, flash_attn, type_k, type_v) for tokens, outputs in graphs))
 
 
-def replay_compute_bytes(
+def replay_graphs(
     geometry: ModelGeometry,
     kv: LlamaCppKv,
-    graphs: list[tuple[int, int]],
+    batch: LlamaCppBatch,
+    n_seq_max: int,
     flash_attn: bool,
     type_k: str,
     type_v: str,
-) -> int:
-    """The compute buffer by replay: each reserved graph built as the engine builds it
-    (budget/graphs/llama.py) and placed by the ggml-alloc port; the buffer keeps the largest peak
-    (`ggml_gallocr_reserve_n` only ever grows it)."""
-    layers = _attention_layers(geometry)
-    type_k, type_v = type_k.lower(), type_v.lower()
-    cache = llama_graph.Cache(flash_attn, type_k, type_v, *_rotations(layers, "full", type_k, type_v))
-    attn = [llama_graph.AttnLayer(geometry.n_head or heads, heads, dim_k, dim_v, kv.cells_per_stream) for _kind, heads, dim_k, dim_v in layers]
-    peak = 0
-    for n_tokens, n_outputs in graphs:
-        batch = llama_graph.Batch(n_tokens, n_outputs, kv.n_streams)
-        graph = llama_graph.llama_graph(attn, geometry.n_embd, geometry.n_ff, geometry.n_vocab, batch, cache)
-        peak = max(peak, graph_peak(graph, CPU_ALIGNMENT))
-    return peak
+    unified: bool,
+) -> list[tuple[tuple[int, int, int], Graph]]:
+    """Each graph `llama_context::sched_reserve` reserves, built as the engine builds it for the
+    architecture (budget/graphs/), keyed by (n_tokens, n_seqs, n_outputs) as the engine prints them."""
+    builder = REPLAYS[geometry.architecture]
+    layers = [
+        graph_common.Layer(layer.kind, geometry.n_head, layer.n_head_kv, layer.head_dim_k, layer.head_dim_v, geometry.n_ff)
+        for layer in geometry.layers
+        if layer.kind in ("full", "swa")
+    ]
+    graphs = []
+    for n_tokens, n_seqs, n_outputs in reserved_ubatches(kv.n_ctx, batch, n_seq_max):
+        ub = graph_common.Ubatch(
+            n_tokens=-(-n_tokens // n_seqs) * n_seqs,
+            n_seqs=n_seqs,
+            n_outputs=n_outputs,
+            n_stream=1 if unified else n_seqs,
+            kv_size=kv.cells_per_stream,
+            n_kv=kv.cells_per_stream,
+            kv_size_swa=kv.swa_cells_per_stream,
+            n_kv_swa=kv.swa_cells_per_stream,
+            flash_attn=flash_attn,
+            type_k=type_k.lower(),
+            type_v=type_v.lower(),
+        )
+        graphs.append(((n_tokens, n_seqs, n_outputs), builder(layers, geometry.n_embd, geometry.n_vocab, ub)))
+    return graphs
+
+
+def replay_compute_bytes(*args: object, **kwargs: object) -> int:
+    """The compute buffer by replay: the largest peak over the reserved graphs, each placed by the
+    ggml-alloc port (`ggml_gallocr_reserve_n` only ever grows the buffer)."""
+    return max(graph_peak(graph, CPU_ALIGNMENT) for _key, graph in replay_graphs(*args, **kwargs))  # type: ignore[arg-type]
+
+
+def reserved_ubatches(n_ctx: int, batch: LlamaCppBatch, n_seq_max: int) -> list[tuple[int, int, int]]:
+    """(n_tokens, n_seqs, n_outputs) of the graphs `llama_context::sched_reserve` reserves: the
+    prompt graph, min(n_ctx, n_ubatch) tokens over n_seq_max sequences with min(that,
+    n_outputs_max) outputs, and the generation graph, n_seq_max tokens, sequences and outputs.
+    `graph_reserve` rounds the token count up to a multiple of the sequences."""
+    n_tokens = min(n_ctx, batch.n_ubatch)
+    return [(n_tokens, n_seq_max, min(n_tokens, batch.n_outputs_max)), (n_seq_max, n_seq_max, n_seq_max)]
 
 
 def reserved_graphs(n_ctx: int, batch: LlamaCppBatch, n_seq_max: int) -> list[tuple[int, int]]:

@@ -503,7 +503,7 @@ def _compute_terms(
         notes.append("compute: the geometry gives no n_embd, n_vocab and n_ff to size the compute buffer by its law; pin compute_buffer (0 billed)")
         return 0
     flash_attn = shape.flash_attn is not False  # auto resolves on where the device supports it (CPU, CUDA)
-    size = graph_law.compute_buffer_bytes(geometry, kv, batch, shape.parallel, flash_attn, shape.type_k, shape.cache_type_v)
+    size = graph_law.compute_buffer_bytes(geometry, kv, batch, shape.parallel, flash_attn, shape.type_k, shape.cache_type_v, unified=shape.kv_unified)
     note = f"law: n_ubatch {batch.n_ubatch}, flash attention {'on' if flash_attn else 'off'}"
     for index, device in enumerate(devices):
         if index in layer_device:
