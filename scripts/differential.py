@@ -11,8 +11,10 @@ llama.cpp's accounting, the argv the collection builds for it (runtimes.registry
 a boot with `-lv 4` until the server listens (or exits: a refusal), SIGINT for the exit memory
 breakdown, and the engine's memory lines verbatim. The corpus stores per model its GGUF header
 (metadata without the vocabulary, tensor infos) and per case the shape and the lines:
-tests/differential/corpus/llamacpp/models.jsonl and cases.jsonl. Case ids are `seed:index`, so a
-rerun with the same seed skips what is stored.
+tests/differential/corpus/llamacpp/models.jsonl and cases.jsonl, and the compute buffer's exact
+bytes (a wrapper preloaded into the engine reads the scheduler's count, lab/shim/compute_bytes.c)
+in compute_bytes.jsonl. Case ids are `seed:index`, so a rerun with the same seed skips what is
+stored.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry 
 CORPUS = ROOT / "tests" / "differential" / "corpus" / "llamacpp"
 MODELS = ROOT / ".cache" / "differential" / "models"
 CONTAINERS_CONF = ROOT / "lab" / "containers.conf"
+SHIM_SOURCE = ROOT / "lab" / "shim" / "compute_bytes.c"
+SHIM = ROOT / ".cache" / "differential" / "compute_bytes_shim.so"
+_SHIM_LINE = re.compile(r"frank-shim: compute buffer bytes = (\d+)")
 
 CACHE_TYPES = ["f16", "f16", "f16", "q8_0", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "bf16", "f32"]
 UBATCHES = [1, 7, 32, 64, 100, 128, 256, 384, 512, 512, 777, 1024]
@@ -115,11 +120,28 @@ def draw_shape(rng: random.Random, geometry: RandomGeometry) -> dict[str, Any]:
     return shape
 
 
-def boot(image: str, argv: list[str], timeout: float) -> tuple[list[str], bool, float]:
-    """(the engine's kept lines, whether it served, seconds) of one boot: until it listens or exits,
-    then SIGINT for the exit memory breakdown; the container is removed in every case."""
+def shim() -> Path:
+    """The byte-count wrapper preloaded into the engine (lab/shim/compute_bytes.c), built once with
+    the host's C compiler (the lab's engine image has none)."""
+    if not SHIM.exists() or SHIM.stat().st_mtime < SHIM_SOURCE.stat().st_mtime:
+        SHIM.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(SHIM), str(SHIM_SOURCE), "-ldl"], check=True)
+    return SHIM
+
+
+def compute_bytes(lines: list[str]) -> int | None:
+    """The exact compute buffer the wrapper printed (the engine itself prints MiB to two decimals)."""
+    found = [int(match.group(1)) for line in lines if (match := _SHIM_LINE.search(line))]
+    return found[-1] if found else None
+
+
+def boot(image: str, argv: list[str], timeout: float) -> tuple[list[str], bool, float, int | None]:
+    """(the engine's kept lines, whether it served, seconds, the exact compute bytes) of one boot:
+    until it listens or exits, then SIGINT for the exit memory breakdown; the container is removed
+    in every case."""
     name = f"llm-fleet-diff-{uuid.uuid4().hex[:8]}"
-    cmd = ["podman", "run", "--rm", "--name", name, "--network", "none", "-v", f"{MODELS}:/models:ro", image, *argv]
+    preload = ["-e", "LD_PRELOAD=/shim/compute_bytes.so", "-v", f"{shim()}:/shim/compute_bytes.so:ro"]
+    cmd = ["podman", "run", "--rm", "--name", name, "--network", "none", *preload, "-v", f"{MODELS}:/models:ro", image, *argv]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
     lines: list[str] = []
@@ -147,8 +169,8 @@ def boot(image: str, argv: list[str], timeout: float) -> tuple[list[str], bool, 
     except subprocess.TimeoutExpired:
         proc.kill()
     thread.join(timeout=5)
-    kept = [_STAMP.sub("", line) for line in lines if KEEP.search(line) and not DROP.search(line)]
-    return kept, served.is_set(), time.monotonic() - start
+    kept = [_STAMP.sub("", line) for line in lines if KEEP.search(line) and not DROP.search(line) and not _SHIM_LINE.search(line)]
+    return kept, served.is_set(), time.monotonic() - start, compute_bytes(lines)
 
 
 def header_record(path: Path, geometry: RandomGeometry) -> dict[str, Any]:
@@ -207,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.write(json.dumps(header_record(path, geometry), sort_keys=True, separators=(",", ":")) + "\n")
             have_models.add(geometry.name)
         command = [*engine_argv(shape, "/models")[1:], "--log-verbosity", "4", "--no-webui"]
-        lines, served, seconds = boot(image, command, args.timeout)
+        lines, served, seconds, exact = boot(image, command, args.timeout)
         if not any("print_info: build" in line for line in lines):
             print(f"[differential] {case_id}: the container did not start (not the engine's answer); nothing stored", file=sys.stderr, flush=True)
             continue
@@ -217,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         case = {"id": case_id, "model": geometry.name, "shape": shape, "argv": command, "served": served, "engine": version, "lines": lines}
         with cases_path.open("a") as out:
             out.write(json.dumps(case, sort_keys=True, separators=(",", ":")) + "\n")
+        if served and exact is not None:
+            with (CORPUS / "compute_bytes.jsonl").open("a") as out:
+                out.write(json.dumps({"id": case_id, "compute_bytes": exact}, sort_keys=True) + "\n")
         print(f"[differential] {case_id} {geometry.name} {'served' if served else 'REFUSED'} in {seconds:.1f}s", file=sys.stderr, flush=True)
     (MODELS / f"{geometry.name}.gguf").unlink(missing_ok=True)
     return 0

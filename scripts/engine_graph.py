@@ -34,15 +34,13 @@ sys.path.insert(0, str(ROOT / "lab"))
 sys.path.insert(0, str(ROOT / ".collections"))
 sys.path.insert(0, str(ROOT / "tests" / "differential"))
 
-from differential import _env, engine_image  # noqa: E402
+from differential import _env, engine_image, shim  # noqa: E402
 from make_random_gguf import RandomGeometry, ensure_model  # noqa: E402
 
 CORPUS = ROOT / "tests" / "differential" / "corpus" / "llamacpp"
 EXACT = CORPUS / "compute_bytes.jsonl"
 CACHE = ROOT / ".cache" / "differential"
 MODELS = CACHE / "models"
-SHIM_SOURCE = ROOT / "lab" / "shim" / "compute_bytes.c"
-SHIM = CACHE / "compute_bytes_shim.so"
 BOOTS = CACHE / "graphs"  # each dumped boot's output, so a diff can be rerun without the engine
 
 _STAMP = re.compile(r"\d+\.\d+\.\d+\.\d+ [DIWE] ")
@@ -62,14 +60,6 @@ class EngineGraph:
     n_outputs: int
     nodes: list[tuple[int, str, str, str, list[tuple[str, str]]]] = field(default_factory=list)
     inputs: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
-
-
-def shim() -> Path:
-    """The wrapper, built once from its source (any C compiler; the lab's image has none)."""
-    if not SHIM.exists() or SHIM.stat().st_mtime < SHIM_SOURCE.stat().st_mtime:
-        SHIM.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(SHIM), str(SHIM_SOURCE), "-ldl"], check=True)
-    return SHIM
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

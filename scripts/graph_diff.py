@@ -42,7 +42,7 @@ def diff_case(case: dict[str, Any], model: dict[str, Any], exact: int | None, en
             # Weights are the model's own bytes (the replay does not type them): their sizes are not compared.
             o_srcs = ["w" if src.external and src.view_src is None and not src.name.startswith("cache_") else fmt_size(src.nbytes) for src in node.src]
             e_srcs_cmp = ["w" if o == "w" else size for (_n, size), o in zip(e_srcs, o_srcs)]
-            same = e_index == o_index and e_op == node.op_desc and e_size == fmt_size(node.nbytes) and e_srcs_cmp == o_srcs
+            same = e_index == o_index and e_op == node.op_desc[:10] and e_size == fmt_size(node.nbytes) and e_srcs_cmp == o_srcs
             if not same:
                 print(f"!! first difference: engine #{e_index} {e_op} {e_name} ({e_size}) <- {e_srcs}")
                 replay_srcs = [(src.name, fmt_size(src.nbytes)) for src in node.src]

@@ -34,6 +34,9 @@ def _jsonl(name: str) -> list[dict[str, Any]]:
 
 MODELS = {record["model"]: record for record in _jsonl("models.jsonl")}
 CASES = _jsonl("cases.jsonl")
+# The compute buffer's exact bytes per served boot (scripts/engine_graph.py exact: the engine prints
+# MiB to two decimals; a preloaded wrapper reads the scheduler's own byte count).
+COMPUTE_BYTES = {record["id"]: record["compute_bytes"] for record in _jsonl("compute_bytes.jsonl")}
 
 
 def header_of(record: dict[str, Any]) -> GGUFHeader:
@@ -137,7 +140,7 @@ def compare(case: dict[str, Any]) -> Comparison:
         "rs": (engine("RS"), result.kv["recurrent_bytes"]),
         "output": (engine("output"), ours.get("output_buffer", 0)),
         "weights": (engine("model"), ours.get("input_embeddings", 0) + ours.get("host_layers", 0)),
-        "compute": (engine("compute"), ours.get("host_compute", 0)),
+        "compute": (COMPUTE_BYTES.get(case["id"], engine("compute")), ours.get("host_compute", 0)),
         "total": (sum(sum(per.values()) for per in ledger.buffers.values()), sum(ours.values())),
     }
     return out
@@ -185,6 +188,8 @@ def report() -> str:
             f"worst {row.case['id']} {row.case['model']}: engine {mib(e)} MiB, ledger {mib(o)} MiB ({off}) {shape}"
         )
     lines.append("compute per architecture (within 5%): " + ", ".join(f"{arch} {ok}/{n}" for arch, (ok, n) in compute_by_architecture(priced_rows).items()))
+    exact = compute_exact_by_architecture(priced_rows)
+    lines.append("compute to the byte (the engine's exact count): " + ", ".join(f"{arch} {ok}/{n}" for arch, (ok, n) in exact.items()))
     return "\n".join(lines)
 
 
@@ -194,5 +199,19 @@ def compute_by_architecture(rows: list[Comparison]) -> dict[str, tuple[int, int]
     for row in rows:
         tally = out.setdefault(MODELS[row.case["model"]]["generator"]["arch"], [0, 0])
         tally[0] += matches("compute", *row.pairs["compute"])
+        tally[1] += 1
+    return {arch: (ok, n) for arch, (ok, n) in sorted(out.items())}
+
+
+def compute_exact_by_architecture(rows: list[Comparison]) -> dict[str, tuple[int, int]]:
+    """Per architecture: (boots whose compute buffer the ledger prices to the byte, boots with an
+    exact engine count)."""
+    out: dict[str, list[int]] = {}
+    for row in rows:
+        if row.case["id"] not in COMPUTE_BYTES:
+            continue
+        engine, ours = row.pairs["compute"]
+        tally = out.setdefault(MODELS[row.case["model"]]["generator"]["arch"], [0, 0])
+        tally[0] += engine == ours
         tally[1] += 1
     return {arch: (ok, n) for arch, (ok, n) in sorted(out.items())}

@@ -15,20 +15,16 @@ from __future__ import annotations
 import re
 
 import pytest
-from corpus_replay import CASES, MODELS, case_graphs, compare, compute_by_architecture, engine_flash_attn, engine_refusal, matches, mib
+from corpus_replay import CASES, COMPUTE_BYTES, MODELS, case_graphs, compare, engine_flash_attn, engine_refusal, matches, mib
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import graph_law
 
-# Where the calibrated compute law stood when it was fitted (docs/vram_budget.md): the share of
-# priced boots within 5% and 10%, the worst a boot may be off, and the total within 3%.
-COMPUTE_WITHIN_5 = 0.82
-COMPUTE_WITHIN_10 = 0.92
+# Where the calibrated compute law stands on the architectures it still prices (mamba): the share
+# of their boots within 5% and 10% and the worst a boot may be off; and the total within 3%.
+COMPUTE_WITHIN_5 = 0.70
+COMPUTE_WITHIN_10 = 0.85
 COMPUTE_WORST = 0.44
-TOTAL_WITHIN_3 = 0.96
-# The llama replay (ggml-alloc's arithmetic over the engine's graph, graph_law.COMPUTE_RULE): the
-# llama boots it prices within 5% where it stood when built. The law prices llama until the
-# replay passes the law's own count on the same boots.
-REPLAY_LLAMA_WITHIN_5 = 101
+TOTAL_WITHIN_3 = 0.98
 ENGINE = "build 11669 (Debian) with GNU 16.2.0 for Linux x86_64"
 
 
@@ -65,32 +61,42 @@ def test_kv_output_and_weights_are_the_engines_own(case):
         assert matches(term, engine, ours), f"{term}: engine {mib(engine)} MiB, ledger {mib(ours)} MiB"
 
 
+def _replayed(case):
+    return case["served"] and graph_law.COMPUTE_RULE.get(MODELS[case["model"]]["generator"]["arch"]) == "replay"
+
+
+def _law_priced(case):
+    return case["served"] and graph_law.COMPUTE_RULE.get(MODELS[case["model"]]["generator"]["arch"]) != "replay"
+
+
 def test_the_compute_law_holds_its_calibrated_match_rates():
-    rows = [row for row in map(compare, (c for c in CASES if c["served"])) if not row.refused_by_gate]
+    """The architectures whose compute buffer is still priced by the calibrated law."""
+    rows = [row for row in map(compare, filter(_law_priced, CASES)) if not row.refused_by_gate]
+    if not rows:
+        pytest.skip("every architecture in the corpus is priced by replay")
     compute = [abs(ours / engine - 1) for engine, ours in (row.pairs["compute"] for row in rows)]
     within_5 = sum(e <= 0.05 for e in compute) / len(compute)
     within_10 = sum(e <= 0.10 for e in compute) / len(compute)
     assert within_5 >= COMPUTE_WITHIN_5, f"compute within 5%: {within_5:.0%}"
     assert within_10 >= COMPUTE_WITHIN_10, f"compute within 10%: {within_10:.0%}"
     assert max(compute) <= COMPUTE_WORST, f"worst compute case off by {max(compute):.0%}"
+
+
+def test_the_total_holds_its_match_rate():
+    rows = [row for row in map(compare, (c for c in CASES if c["served"])) if not row.refused_by_gate]
     totals = [matches("total", *row.pairs["total"]) for row in rows]
     assert sum(totals) / len(totals) >= TOTAL_WITHIN_3
 
 
-def _llama_rows():
-    served = (c for c in CASES if c["served"] and MODELS[c["model"]]["generator"]["arch"] == "llama")
-    return [row for row in map(compare, served) if not row.refused_by_gate]
-
-
-def test_the_llama_replay_holds_its_match_rate(monkeypatch):
-    configured = graph_law.COMPUTE_RULE["llama"]
-    monkeypatch.setitem(graph_law.COMPUTE_RULE, "llama", "replay")
-    replay_ok, n = compute_by_architecture(_llama_rows())["llama"]
-    assert replay_ok >= REPLAY_LLAMA_WITHIN_5, f"llama replay: {replay_ok}/{n} within 5%"
-    monkeypatch.setitem(graph_law.COMPUTE_RULE, "llama", "law")
-    law_ok, _n = compute_by_architecture(_llama_rows())["llama"]
-    # The rule that prices llama is the one that matches more boots.
-    assert configured == ("replay" if replay_ok > law_ok else "law"), f"replay {replay_ok}, law {law_ok}: llama is priced by {configured}"
+@pytest.mark.parametrize("case", [c for c in CASES if _replayed(c)], ids=_id)
+def test_the_compute_buffer_is_the_engines_to_the_byte(case):
+    row = compare(case)
+    if row.refused_by_gate:
+        assert "does not divide head dim" in row.refused_by_gate, row.refused_by_gate  # the one stricter case, above
+        return
+    assert case["id"] in COMPUTE_BYTES, "no exact byte count stored: scripts/engine_graph.py exact"
+    engine, ours = row.pairs["compute"]
+    assert ours == engine, f"engine {engine:,} B, replay {ours:,} B ({ours - engine:+,} B): scripts/engine_graph.py diff {case['id']}"
 
 
 # The engine's `sched_reserve: graph: nodes = N` line (or "pp / tg" counts when they differ): the
@@ -98,12 +104,10 @@ def test_the_llama_replay_holds_its_match_rate(monkeypatch):
 _GRAPH_LINE = re.compile(r"sched_reserve: graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)(?: / (\d+))?,")
 
 
-def _replayed(case):
-    return case["served"] and MODELS[case["model"]]["generator"]["arch"] in graph_law.REPLAYS
-
-
 @pytest.mark.parametrize("case", [c for c in CASES if _replayed(c)], ids=_id)
 def test_the_replay_builds_the_engines_graphs_node_for_node(case):
+    if compare(case).refused_by_gate:
+        return  # the one stricter case (test_kv_output_and_weights_are_the_engines_own)
     match = _GRAPH_LINE.search("\n".join(case["lines"]))
     assert match, "the boot kept no sched_reserve graph line"
     pp_nodes, tg_nodes = int(match.group(1)), int(match.group(2) or match.group(1))

@@ -163,7 +163,8 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
     layer_kinds (list of full|swa|recurrent, optional), sliding_window, recurrent_state_bytes,
     layer_bytes (per layer size or list), output_bytes, input_bytes, k_eq_v, nextn_layers (in-file MTP
     layers, whose draft context adds to the saved prompt state); for llama.cpp's compute and output
-    buffers: n_vocab, n_embd, n_head, n_ff (and ssm_d_inner, ssm_d_state for Mamba).
+    buffers: n_vocab, n_embd, n_head, n_ff (and ssm_d_inner, ssm_d_state, ssm_d_conv, ssm_dt_rank for
+    Mamba).
     """
     if not isinstance(spec, Mapping):
         raise ShapeError(f"{field_name}: expected a mapping with n_layer, n_head_kv and head_dim")
@@ -225,6 +226,8 @@ def geometry_from_dict(spec: Mapping[str, Any], field_name: str = "geometry") ->
         n_ff=number("n_ff", 0, 0, MAX_EMBEDDING_LENGTH * 64) or 0,
         ssm_d_inner=number("ssm_d_inner", 0, 0, 1 << 20) or 0,
         ssm_d_state=number("ssm_d_state", 0, 0, 1 << 20) or 0,
+        ssm_d_conv=number("ssm_d_conv", 0, 0, 1 << 10) or 0,
+        ssm_dt_rank=number("ssm_dt_rank", 0, 0, 1 << 20) or 0,
     )
 
 
@@ -260,6 +263,8 @@ def geometry_mapping(geometry: kv_law.ModelGeometry) -> dict[str, Any]:
         "n_ff": geometry.n_ff,
         "ssm_d_inner": geometry.ssm_d_inner,
         "ssm_d_state": geometry.ssm_d_state,
+        "ssm_d_conv": geometry.ssm_d_conv,
+        "ssm_dt_rank": geometry.ssm_dt_rank,
     }
     spec.update({key: value for key, value in optional.items() if value})
     return spec

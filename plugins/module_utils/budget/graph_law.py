@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ggml_graph import Graph, graph_peak
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import common as graph_common
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import gemma as gemma_graph
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import llama as llama_graph
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import LlamaCppKv, ModelGeometry
 
@@ -67,8 +68,8 @@ CPU_ALIGNMENT = 32
 # replay lands 101 of the corpus's 152 llama boots within 5% against the law's 134 (its graph
 # still misses nodes the engine has: 39 of 42 in a one-layer graph), so the law prices every
 # architecture until the replay's graph is the engine's; tests/differential measures both.
-COMPUTE_RULE = {"llama": "replay", "gemma2": "law", "gemma3": "law", "mamba": "law"}
-REPLAYS = {"llama": llama_graph.build}
+COMPUTE_RULE = {"llama": "replay", "gemma2": "replay", "gemma3": "replay", "mamba": "law"}
+REPLAYS = {"llama": llama_graph.build, "gemma2": gemma_graph.build, "gemma3": gemma_graph.build}
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,6 @@ def replay_graphs(
     """Each graph `llama_context::sched_reserve` reserves, built as the engine builds it for the
     architecture (budget/graphs/), keyed by (n_tokens, n_seqs, n_outputs) as the engine prints them."""
     builder = REPLAYS[geometry.architecture]
-    layers = [
-        graph_common.Layer(layer.kind, geometry.n_head, layer.n_head_kv, layer.head_dim_k, layer.head_dim_v, geometry.n_ff)
-        for layer in geometry.layers
-        if layer.kind in ("full", "swa")
-    ]
     graphs = []
     for n_tokens, n_seqs, n_outputs in reserved_ubatches(kv.n_ctx, batch, n_seq_max):
         ub = graph_common.Ubatch(
@@ -147,7 +143,7 @@ def replay_graphs(
             type_k=type_k.lower(),
             type_v=type_v.lower(),
         )
-        graphs.append(((n_tokens, n_seqs, n_outputs), builder(layers, geometry.n_embd, geometry.n_vocab, ub)))
+        graphs.append(((n_tokens, n_seqs, n_outputs), builder(geometry, ub)))
     return graphs
 
 

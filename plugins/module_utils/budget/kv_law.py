@@ -121,6 +121,9 @@ class ModelGeometry:
     n_ff: int = 0  # feed-forward width of the widest layer
     ssm_d_inner: int = 0
     ssm_d_state: int = 0
+    ssm_d_conv: int = 0  # Mamba's convolution kernel width (ssm.conv_kernel)
+    ssm_dt_rank: int = 0  # Mamba's time-step rank (ssm.time_step_rank)
+    final_logit_softcap: float = 0.0  # the head's logits soft-capped (tanh) at this value; 0: not capped
 
     @property
     def n_layer(self) -> int:
@@ -248,6 +251,9 @@ def geometry_from_header(header: GGUFHeader, recurrent_state_bytes: int | None =
         n_ff=max(n_ff) if isinstance(n_ff, list) else int(n_ff),
         ssm_d_inner=int(header.arch_key("ssm.inner_size") or 0),
         ssm_d_state=int(header.arch_key("ssm.state_size") or 0),
+        ssm_d_conv=int(header.arch_key("ssm.conv_kernel") or 0),
+        ssm_dt_rank=int(header.arch_key("ssm.time_step_rank") or 0),
+        final_logit_softcap=float(header.arch_key("final_logit_softcapping") or 0.0),
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ggml_graph import QUANTIZED, Context, Graph, Tensor, row_size
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import ModelGeometry
 
 ROT_MIN = 64
 
@@ -30,6 +31,16 @@ class Layer:
     head_dim_k: int = 0
     head_dim_v: int = 0
     n_ff: int = 0
+
+
+def attention_layers(geometry: ModelGeometry) -> list[Layer]:
+    """Each block's attention as the graph builds it (the heads and FFN width of the widest layer:
+    the GGUF headers the gate reads give one width for every layer of these models)."""
+    return [
+        Layer(layer.kind, geometry.n_head, layer.n_head_kv, layer.head_dim_k, layer.head_dim_v, geometry.n_ff)
+        for layer in geometry.layers
+        if layer.kind in ("full", "swa")
+    ]
 
 
 @dataclass(frozen=True)
@@ -210,18 +221,29 @@ class GraphBuilder:
             ctx.reshape(v, layer.head_dim_v, layer.n_head_kv, tokens),
         )
 
-    def attn(self, cache: Cache, layer: Layer, il: int, q_cur: Tensor, k_cur: Tensor, v_cur: Tensor, softcap: bool = False) -> Tensor:
-        """`build_attn` (llm_graph_input_attn_kv): rotate for a quantised cache, expand q, v, k in
-        that order, store K and V, attend (`build_attn_mha`), rotate back, project by wo."""
+    def attn(
+        self,
+        cache: Cache,
+        layer: Layer,
+        il: int,
+        q_cur: Tensor,
+        k_cur: Tensor,
+        v_cur: Tensor,
+        softcap: bool = False,
+        iswa: bool = False,
+        wo_name: str = "attn_out",
+    ) -> Tensor:
+        """`build_attn`: rotate for a quantised cache, expand q, v, k (llm_graph_input_attn_kv) or
+        q, k, v (llm_graph_input_attn_kv_iswa, the layer's own cache) in that order, store K and V,
+        attend (`build_attn_mha`), rotate back, project by wo."""
         ctx, gf = self.ctx, self.gf
         if cache.k_rot is not None:
             q_cur = mul_mat_hadamard(ctx, q_cur, cache.k_rot)
             k_cur = mul_mat_hadamard(ctx, k_cur, cache.k_rot)
         if cache.v_rot is not None:
             v_cur = mul_mat_hadamard(ctx, v_cur, cache.v_rot)
-        gf.expand(q_cur)
-        gf.expand(v_cur)
-        gf.expand(k_cur)
+        for tensor in (q_cur, k_cur, v_cur) if iswa else (q_cur, v_cur, k_cur):
+            gf.expand(tensor)
         gf.expand(cache.cpy_k(k_cur, il))
         gf.expand(cache.cpy_v(v_cur, il))
         k = cache.get_k(il, layer)
@@ -230,7 +252,7 @@ class GraphBuilder:
         if cache.v_rot is not None:
             cur = mul_mat_hadamard(ctx, cur, cache.v_rot)
         wo = self.weight(f"blk.{il}.attn_output.weight", layer.head_dim_v * layer.n_head, self.n_embd)
-        return ctx.mul_mat(wo, cur, f"attn_out-{il}")
+        return ctx.mul_mat(wo, cur, f"{wo_name}-{il}")
 
     def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, kq_mask: Tensor, il: int, softcap: bool) -> Tensor:
         """`build_attn_mha`: split the tokens into streams, permute, then flash attention (the
@@ -277,12 +299,15 @@ class GraphBuilder:
     def output_rows(self, cur: Tensor, inp_out_ids: Tensor) -> Tensor:
         return self.ctx.get_rows(cur, inp_out_ids)
 
-    def result(self, cur: Tensor, norm_weight: Tensor, output: Tensor) -> Tensor:
-        """The final norm (result_norm, an output) and the head (result_output, an output)."""
+    def result(self, cur: Tensor, norm_weight: Tensor, output: Tensor, softcap: bool = False) -> Tensor:
+        """The final norm (result_norm, an output) and the head (result_output, an output), with
+        the final logit soft-capping (scale, tanh, scale) where the model has one."""
         ctx = self.ctx
         cur = self.norm_rms(cur, norm_weight, "result_norm")
         cur.is_output = True  # llm_graph_result::set_outputs: t_embd
         logits = ctx.mul_mat(output, cur, "result_output")
+        if softcap:
+            logits = ctx.scale(ctx.unary(ctx.scale(logits), "tanh"), "result_output")
         logits.is_output = True  # t_logits
         self.gf.expand(logits)
         return logits

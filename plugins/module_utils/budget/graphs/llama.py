@@ -8,10 +8,12 @@ only; the output norm and the head."""
 from __future__ import annotations
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ggml_graph import Graph
-from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs.common import Cache, GraphBuilder, Layer, Ubatch
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs.common import Cache, GraphBuilder, Ubatch, attention_layers
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import ModelGeometry
 
 
-def build(layers: list[Layer], n_embd: int, n_vocab: int, ub: Ubatch) -> Graph:
+def build(geometry: ModelGeometry, ub: Ubatch) -> Graph:
+    layers, n_embd, n_vocab = attention_layers(geometry), geometry.n_embd, geometry.n_vocab
     g = GraphBuilder(ub, n_embd, n_vocab)
     ctx = g.ctx
     tok_embd = g.weight("token_embd.weight", n_embd, n_vocab)
