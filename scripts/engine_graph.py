@@ -115,14 +115,16 @@ def parse(lines: list[str]) -> tuple[int | None, list[EngineGraph]]:
     graphs: list[EngineGraph] = []
     reserving = False
     for raw in lines:
+        # The wrapper writes its line to stderr, which can land inside a node listing's line.
+        if match := _BYTES.search(raw):
+            exact = int(match.group(1))
+            raw = _BYTES.sub("", raw)
         line = _STAMP.sub("", raw)
         if "sched_reserve: reserving ..." in line:
             graphs, reserving = [], True
         elif "sched_reserve: reserve took" in line:
             reserving = False  # later listings are decodes (the warm-up), not reserves
-        if match := _BYTES.search(line):
-            exact = int(match.group(1))
-        elif not reserving:
+        if not reserving:
             continue
         elif match := _RESERVE.search(line):
             graphs.append(EngineGraph(*(int(g) for g in match.groups())))

@@ -19,12 +19,13 @@ from corpus_replay import CASES, COMPUTE_BYTES, MODELS, case_graphs, compare, en
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import graph_law
 
-# Where the calibrated compute law stands on the architectures it still prices (mamba): the share
-# of their boots within 5% and 10% and the worst a boot may be off; and the total within 3%.
-COMPUTE_WITHIN_5 = 0.70
-COMPUTE_WITHIN_10 = 0.85
-COMPUTE_WORST = 0.44
-TOTAL_WITHIN_3 = 0.98
+# The fallback compute law (architectures without a replay), measured on every boot of the corpus:
+# the share within 5% and 10% and the worst a boot may be off. Every architecture the corpus holds
+# is priced by replay, to the byte; the total of every buffer is within 3% on every boot.
+COMPUTE_WITHIN_5 = 0.80
+COMPUTE_WITHIN_10 = 0.90
+COMPUTE_WORST = 0.65
+TOTAL_WITHIN_3 = 1.0
 ENGINE = "build 11669 (Debian) with GNU 16.2.0 for Linux x86_64"
 
 
@@ -65,15 +66,12 @@ def _replayed(case):
     return case["served"] and graph_law.COMPUTE_RULE.get(MODELS[case["model"]]["generator"]["arch"]) == "replay"
 
 
-def _law_priced(case):
-    return case["served"] and graph_law.COMPUTE_RULE.get(MODELS[case["model"]]["generator"]["arch"]) != "replay"
-
-
-def test_the_compute_law_holds_its_calibrated_match_rates():
-    """The architectures whose compute buffer is still priced by the calibrated law."""
-    rows = [row for row in map(compare, filter(_law_priced, CASES)) if not row.refused_by_gate]
-    if not rows:
-        pytest.skip("every architecture in the corpus is priced by replay")
+def test_the_fallback_law_holds_its_calibrated_match_rates(monkeypatch):
+    """An architecture without a replay is priced by the calibrated law: held here on every boot of
+    the corpus, as if no architecture had a replay."""
+    for arch in list(graph_law.COMPUTE_RULE):
+        monkeypatch.setitem(graph_law.COMPUTE_RULE, arch, "law")
+    rows = [row for row in map(compare, (c for c in CASES if c["served"])) if not row.refused_by_gate]
     compute = [abs(ours / engine - 1) for engine, ours in (row.pairs["compute"] for row in rows)]
     within_5 = sum(e <= 0.05 for e in compute) / len(compute)
     within_10 = sum(e <= 0.10 for e in compute) / len(compute)

@@ -231,8 +231,13 @@ class Context:
     def rms_norm(self, a: Tensor, name: str = "") -> Tensor:
         return self.dup_tensor(a, "RMS_NORM", (a,), name)
 
-    def scale(self, a: Tensor, name: str = "") -> Tensor:
-        return self.dup_tensor(a, "SCALE", (a,), name)
+    def scale(self, a: Tensor, name: str = "", inplace: bool = False) -> Tensor:
+        """`ggml_scale`; `ggml_scale_inplace` returns a view of a (listed, never placed)."""
+        if not inplace:
+            return self.dup_tensor(a, "SCALE", (a,), name)
+        result = self.view_tensor(a, name)
+        result.op, result.src = "SCALE", (a,)
+        return result
 
     def dup(self, a: Tensor, name: str = "") -> Tensor:
         return self.dup_tensor(a, "DUP", (a,), name)
@@ -272,6 +277,20 @@ class Context:
         result = self.new(dtype, a.ne, f"{a.name} (copy)", "CPY", (a,))
         result.src = (a, result)
         return result
+
+    def ssm_conv(self, sx: Tensor, c: Tensor, name: str = "") -> Tensor:
+        """`ggml_ssm_conv`: f32 (d_inner, n_t, n_s), n_t = sx.ne[0] - d_conv + 1, d_conv = c.ne[0]."""
+        d_conv, d_inner = c.ne[0], c.ne[1]
+        n_t = sx.ne[0] - d_conv + 1
+        if sx.ne[1] != d_inner or n_t < 0:
+            raise ValueError(f"ssm_conv: {sx.ne} against the kernel {c.ne}")
+        return self.new("f32", (d_inner, n_t, sx.ne[2]), name, "SSM_CONV", (sx, c))
+
+    def ssm_scan(self, s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, ids: Tensor, name: str = "") -> Tensor:
+        """`ggml_ssm_scan`: one f32 vector, y (x's elements) then the final states (d_state x
+        head_dim x n_head per sequence in ids)."""
+        size = x.nelements + s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
+        return self.new("f32", (size,), name, "SSM_SCAN", (s, x, dt, a, b, c, ids))
 
     def concat(self, a: Tensor, b: Tensor, dim: int, name: str = "") -> Tensor:
         ne = list(a.ne)

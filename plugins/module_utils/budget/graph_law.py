@@ -9,36 +9,33 @@ the compute buffer, by the engine's own rules (llama.cpp b11669, as the lab runs
 - output buffer (`llama_context::output_reserve(n_seq_max)`): n_vocab x n_outputs_max x 4 B of
   logits, in the output device's host buffer (host RAM).
 - compute buffer (`llama_context::sched_reserve`, ggml-alloc): the peak of the graphs the engine
-  reserves (`reserved_graphs`): a prompt batch of min(n_ctx, n_ubatch) tokens over n_seq_max
+  reserves (`reserved_ubatches`): a prompt batch of min(n_ctx, n_ubatch) tokens over n_seq_max
   sequences, rounded up to a multiple of n_seq_max by `graph_reserve`, with min(n_ubatch,
-  n_outputs_max) outputs, and a generation batch of n_seq_max tokens and outputs. ggml-alloc
-  places tensors by liveness, so there is no closed form; the law takes the largest of the
-  graph's phases, each the sum of the tensors alive together, with multipliers calibrated on the
-  differential corpus (tests/differential/corpus/llamacpp, boots of the real engine):
+  n_outputs_max) outputs, and a generation batch of n_seq_max tokens and outputs.
+  By replay (`replay_graphs`, `COMPUTE_RULE` "replay"): each graph built tensor by tensor as the
+  engine builds it for the architecture (budget/graphs/) and placed by a port of ggml's graph
+  allocator (budget/ggml_graph.py); the buffer is the largest peak. To the byte on every served
+  boot of the differential corpus (tests/differential).
+  By the law (an architecture without a replay): ggml-alloc places tensors by liveness, so there
+  is no closed form; the law takes the largest of the graph's phases, each the sum of the tensors
+  alive together, with multipliers calibrated on the corpus (boots of the real engine):
     inputs  = KQ mask per cache (n_kv x n_tokens, f16 with flash attention, f32 without)
               + per cache the Hadamard rotation matrices (`llama_kv_cache::build_input_k_rot`,
               `build_input_v_rot`, f32 inputs): with a quantised K cache and one head dim per cache,
               a multiple of 64, nrot x nrot with nrot the largest power of two from 64 dividing the
-              head dim; with a quantised V cache likewise, 64 x 64 (the ggml-org/llama.cpp source
-              as stored, llama-kv-cache.cpp and llama-graph.cpp build_attn; b11669 prints the
-              extra input tensors in `sched_reserve: graph: ... input tensors`)
+              head dim; with a quantised V cache likewise, 64 x 64
     attn    = inputs + 4.5 E + 2 Q + a K row per token + [no FA] KQ (n_kv x n_tokens x n_head x 4)
               + [FA, f32 K or V] the cache cast to f16 (n_kv x n_stream x n_embd_k_gqa x 2 each)
     ffn     = inputs + 4.5 E + 3 x n_tokens x n_ff x 4 (the last layer runs its FFN on the outputs only)
     logits  = 5 E + n_outputs x n_vocab x 4 [+ inputs when the logits are the larger]: ggml-alloc
               allocates the inputs first, at the bottom of the buffer; freed after the last
               attention, their block takes the logits only if they fit in it (best fit)
-  with E = n_tokens x n_embd x 4 and Q = n_tokens x n_head x head_dim x 4. Mamba (a recurrent
-  model): the larger of 3.5 x n_tokens x 2 d_inner x 4 + 2.0 x n_seq x d_inner x d_state x 4
-  + 0.02 x n_tokens x d_inner x d_state x 4 and the logits phase 3 E + n_outputs x n_vocab x 4,
-  over both reserved graphs, fitted on the corpus's Mamba boots.
-  Beside the law, a replay (`replay_compute_bytes`): the graph the engine builds for the
-  architecture (budget/graphs/) placed by a port of ggml-alloc (budget/ggml_alloc.py), the
-  buffer the largest peak over the reserved graphs. `COMPUTE_RULE` names which of the two prices
-  each architecture; the law keeps every one until its replay matches more corpus boots.
-  The multipliers are measured on tiny models on the CPU backend (one buffer holds the whole
-  graph); on a GPU each device holding layers gets the same size (the buffer does not scale with
-  the number of layers, ggml-org/llama.cpp#27953), which the ledger extrapolates.
+  with E = n_tokens x n_embd x 4 and Q = n_tokens x n_head x head_dim x 4. Mamba: the larger of
+  3.5 x n_tokens x 2 d_inner x 4 + 2.0 x n_seq x d_inner x d_state x 4 + 0.02 x n_tokens x
+  d_inner x d_state x 4 and the logits phase 3 E + n_outputs x n_vocab x 4.
+  Both are the CPU backend's single buffer; on a GPU each device holding layers is billed the
+  whole figure (the buffer does not scale with the number of layers, ggml-org/llama.cpp#27953),
+  which the ledger extrapolates.
 """
 
 from __future__ import annotations
@@ -49,6 +46,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ggml_graph 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import common as graph_common
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import gemma as gemma_graph
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import llama as llama_graph
+from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.graphs import mamba as mamba_graph
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.kv_law import LlamaCppKv, ModelGeometry
 
 DEFAULT_BATCH = 2048  # common/common.h n_batch
@@ -64,12 +62,10 @@ MAMBA_LOGITS_EMBD = 3
 # The CPU buffer type's alignment (ggml-backend.cpp, TENSOR_ALIGNMENT).
 CPU_ALIGNMENT = 32
 # Which rule prices each architecture's compute buffer: "replay" (ggml-alloc's arithmetic over
-# the graph the engine builds, budget/graphs/) or "law" (the calibrated phases above). The llama
-# replay lands 101 of the corpus's 152 llama boots within 5% against the law's 134 (its graph
-# still misses nodes the engine has: 39 of 42 in a one-layer graph), so the law prices every
-# architecture until the replay's graph is the engine's; tests/differential measures both.
-COMPUTE_RULE = {"llama": "replay", "gemma2": "replay", "gemma3": "replay", "mamba": "law"}
-REPLAYS = {"llama": llama_graph.build, "gemma2": gemma_graph.build, "gemma3": gemma_graph.build}
+# the graph the engine builds, budget/graphs/: to the byte on the corpus) or, for any other
+# architecture, "law" (the calibrated phases above); tests/differential measures both.
+COMPUTE_RULE = {"llama": "replay", "gemma2": "replay", "gemma3": "replay", "mamba": "replay"}
+REPLAYS = {"llama": llama_graph.build, "gemma2": gemma_graph.build, "gemma3": gemma_graph.build, "mamba": mamba_graph.build}
 
 
 @dataclass(frozen=True)
@@ -163,45 +159,17 @@ def reserved_ubatches(n_ctx: int, batch: LlamaCppBatch, n_seq_max: int) -> list[
 
 
 def reserved_graphs(n_ctx: int, batch: LlamaCppBatch, n_seq_max: int) -> list[tuple[int, int]]:
-    """(n_tokens, n_outputs) of the graphs `llama_context::sched_reserve` reserves: the prompt graph,
-    min(n_ctx, n_ubatch) tokens over n_seq_max sequences with min(that, n_outputs_max) outputs, and
-    the generation graph, n_seq_max tokens and outputs. `graph_reserve` rounds a token count up to a
-    multiple of the sequences (one ubatch of n_tokens / n_seqs tokens per sequence) and keeps the
-    outputs it was given."""
-    n_tokens = min(n_ctx, batch.n_ubatch)
-    pp = -(-n_tokens // n_seq_max) * n_seq_max
-    return [(pp, min(n_tokens, batch.n_outputs_max)), (n_seq_max, n_seq_max)]
-
-
-QUANTIZED = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl")
-ROT_MIN = 64
-
-
-def _k_rotation(head_dim: int) -> int:
-    """`llama_kv_cache::build_input_k_rot`: the largest power of two (from 64) that divides the head dim."""
-    nrot = ROT_MIN
-    while head_dim % (nrot * 2) == 0:
-        nrot *= 2
-    return nrot
-
-
-def _rotations(layers: list[tuple[str, int, int, int]], kind: str, type_k: str, type_v: str) -> tuple[int, int]:
-    """The Hadamard rotation sizes of one cache (`build_input_k_rot`, `build_input_v_rot`; 0: none):
-    built when the cache type is quantised and every layer of the cache has one head dim, a
-    multiple of 64."""
-    dims_k = {dim_k for k, _h, dim_k, _dv in layers if k == kind}
-    dims_v = {dim_v for k, _h, _dk, dim_v in layers if k == kind}
-    k_rot = v_rot = 0
-    if type_k.lower() in QUANTIZED and len(dims_k) == 1 and next(iter(dims_k)) % ROT_MIN == 0:
-        k_rot = _k_rotation(next(iter(dims_k)))
-    if type_v.lower() in QUANTIZED and len(dims_v) == 1 and next(iter(dims_v)) % ROT_MIN == 0:
-        v_rot = ROT_MIN
-    return k_rot, v_rot
+    """(n_tokens as built, n_outputs) of the reserved graphs, for the law: `graph_reserve` rounds a
+    token count up to a multiple of the sequences (one ubatch of n_tokens / n_seqs per sequence)."""
+    return [(-(-n_tokens // n_seqs) * n_seqs, n_outputs) for n_tokens, n_seqs, n_outputs in reserved_ubatches(n_ctx, batch, n_seq_max)]
 
 
 def _rotation_bytes(layers: list[tuple[str, int, int, int]], kind: str, type_k: str, type_v: str) -> int:
-    """The rotation inputs' bytes (f32 nrot x nrot each)."""
-    return sum(nrot * nrot * 4 for nrot in _rotations(layers, kind, type_k, type_v))
+    """The rotation inputs' bytes of one cache (f32 nrot x nrot each; graphs/common.py's rule)."""
+    dims_k = {dim_k for k, _h, dim_k, _dv in layers if k == kind}
+    dims_v = {dim_v for k, _h, _dk, dim_v in layers if k == kind}
+    nrots = (graph_common.k_rotation(dims_k, type_k.lower()), graph_common.v_rotation(dims_v, type_v.lower()))
+    return sum(nrot * nrot * 4 for nrot in nrots)
 
 
 def _mamba_bytes(geometry: ModelGeometry, n_tokens: int, n_outputs: int, n_seq: int) -> float:
