@@ -22,7 +22,7 @@ DRAFT = {"name": "draft-simple", "shape": {"spec_type": "draft-simple", "drafter
 NGRAM = {"name": "ngram-mod", "shape": {"spec_type": "ngram-mod"}}
 
 
-def run(tmp_path, configs):
+def run(tmp_path, configs, grid=None):
     results = tmp_path / "results"
     rc, _stats, out = playbook(
         tmp_path,
@@ -30,6 +30,7 @@ def run(tmp_path, configs):
         limit=ENDPOINT,
         extra_vars={
             "qualify_spec_configs": configs,
+            "qualify_spec_grid": grid or {},
             "endpoint_payload_manifest": combined_manifest("tiny-llama-h4kv2d32", "tiny-llama-h4kv1d64"),
             "qualify_results_dir": str(results),
             "qualify_deadman_seconds": 300,
@@ -39,15 +40,19 @@ def run(tmp_path, configs):
     return rc, out, results
 
 
-def test_greedy_text_is_identical_with_a_drafter_and_the_ngram_matcher(tmp_path):
+# The same configurations as a grid (filter spec_ab_grid), which adds the drafter chained with the matcher.
+GRID = {"drafters": [{"name": "draft-simple", "shape": {k: v for k, v in DRAFT["shape"].items() if k != "draft_max"}}, NGRAM], "depths": [4], "chains": True}
+
+
+def test_greedy_text_is_identical_with_a_drafter_the_ngram_matcher_and_their_chain(tmp_path):
     deployed()
     good_ctx, good_unit = slot_ctx(), on_host("cat", UNIT_PATH)
-    rc, out, results = run(tmp_path, [NONE, DRAFT, NGRAM])
+    rc, out, results = run(tmp_path, [], GRID)
     table = (results / f"{ENDPOINT}.spec_ab.txt").read_text() if (results / f"{ENDPOINT}.spec_ab.txt").exists() else ""
     print(f"\n{table}")
     assert rc == 0, failures(out)
     runs = json.loads((results / f"{ENDPOINT}.spec_ab.json").read_text())["runs"]
-    assert [r["name"] for r in runs] == ["none", "draft-simple", "ngram-mod"] and all(r["booted"] for r in runs)
+    assert [r["name"] for r in runs] == ["none", "draft-simple-d4", "ngram-mod", "draft-simple+ngram-mod-d4"] and all(r["booted"] for r in runs)
     by_shape = {}
     for r in runs:
         for answer in r["answers"]:

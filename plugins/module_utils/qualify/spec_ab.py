@@ -156,3 +156,53 @@ def compare(runs: list[dict[str, Any]]) -> tuple[list[str], str]:
 
 def _mib(free: dict[str, int]) -> str:
     return " ".join(f"{name}={value / (1 << 20):,.0f}" for name, value in sorted(free.items())) or "-"
+
+
+class GridError(ValueError):
+    """A qualify_spec_grid that cannot be expanded, naming the field and the fix."""
+
+
+def grid_configs(grid: dict[str, Any]) -> list[dict[str, Any]]:
+    """The configurations of `qualify_spec_grid`: none first, then each drafter at each depth
+    (a model-backed drafter, spec_type draft-*, at each of `depths` as draft_max; a draftless one,
+    ngram-*, once), then with `chains` each model-backed drafter chained with each draftless one
+    at each depth - the only chains llama.cpp takes (a chain has ONE draft context: two
+    model-backed drafters are refused by the shape's own check)."""
+    if not isinstance(grid, dict):
+        raise GridError(f"qualify_spec_grid: expected a mapping (drafters, depths, chains), got {type(grid).__name__}")
+    unknown = sorted(set(grid) - {"drafters", "depths", "chains"})
+    if unknown:
+        raise GridError(f"qualify_spec_grid: unknown key(s) {', '.join(unknown)}; the grid takes drafters, depths and chains")
+    drafters = grid.get("drafters") or []
+    depths = grid.get("depths") or []
+    if not isinstance(drafters, list) or not drafters:
+        raise GridError("qualify_spec_grid.drafters: give at least one drafter, e.g. [{name: ngram, shape: {spec_type: ngram-mod}}]")
+    if not isinstance(depths, list) or any(not isinstance(d, int) or isinstance(d, bool) or not 1 <= d <= 64 for d in depths):
+        raise GridError(f"qualify_spec_grid.depths: a list of draft depths from 1 to 64 (draft_max), got {depths!r}")
+    model_backed, draftless = [], []
+    for index, drafter in enumerate(drafters):
+        where = f"qualify_spec_grid.drafters[{index}]"
+        if not isinstance(drafter, dict) or not isinstance(drafter.get("name"), str) or not isinstance(drafter.get("shape"), dict):
+            raise GridError(f"{where}: expected {{name: NAME, shape: {{spec_type: ..., ...}}}}, got {drafter!r}")
+        spec_type = str(drafter["shape"].get("spec_type") or "")
+        if "," in spec_type or not spec_type.startswith(("draft-", "ngram-")):
+            raise GridError(f"{where}.shape.spec_type: one type, draft-* (model-backed) or ngram-* (draftless), got {spec_type!r}; the grid makes the chains")
+        (model_backed if spec_type.startswith("draft-") else draftless).append(drafter)
+    if model_backed and not depths:
+        raise GridError("qualify_spec_grid.depths: the model-backed drafters need at least one draft depth (draft_max), e.g. [4]")
+    configs: list[dict[str, Any]] = [{"name": "none"}]
+    for drafter in model_backed:
+        configs += [{"name": f"{drafter['name']}-d{depth}", "shape": {**drafter["shape"], "draft_max": depth}} for depth in depths]
+    configs += [{"name": drafter["name"], "shape": dict(drafter["shape"])} for drafter in draftless]
+    if grid.get("chains"):
+        for drafter in model_backed:
+            for other in draftless:
+                for depth in depths:
+                    shape = {**other["shape"], **drafter["shape"], "draft_max": depth}
+                    shape["spec_type"] = f"{drafter['shape']['spec_type']},{other['shape']['spec_type']}"
+                    configs.append({"name": f"{drafter['name']}+{other['name']}-d{depth}", "shape": shape})
+    names = [config["name"] for config in configs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise GridError(f"qualify_spec_grid.drafters: names must differ; {', '.join(duplicates)} comes out twice")
+    return configs
