@@ -30,6 +30,10 @@ DIRECTORY = "directory"
 # A name this close to a manifest path is offered as "did you mean" (difflib's ratio, 0..1).
 CLOSE_MATCH_CUTOFF = 0.6
 
+# What the budget says when no manifest reached it: none is set, or it is a file on the host and
+# the budget ran on the controller (which then says where the manifest is and how to check it).
+UNCHECKED = "not checked here (the budget read no manifest)"
+
 
 @dataclass(frozen=True)
 class PayloadName:
