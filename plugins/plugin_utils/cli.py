@@ -39,6 +39,7 @@ llm-fleet itself (LLM_FLEET_TRACEBACK=1 shows where), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -84,6 +85,7 @@ from ansible_collections.frank.llm_fleet.plugins.plugin_utils.cli_views import (
     render_qualify,
     shape_from_hub,
     wants_hub,
+    with_rendered_manifest,
 )
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import (
     EndpointFacts,
@@ -183,6 +185,22 @@ def _shape_key_origin(args: argparse.Namespace, field: str) -> str | None:
     return None
 
 
+def _budget_inventory_dir(args: argparse.Namespace) -> str | None:
+    """inventory_dir as the play has it for the priced endpoint: -i's, else the inventory the
+    ansible.cfg of this directory names; for --shape FILE, the inventory its host_vars/ lies in."""
+    if args.shape:
+        path = Path(args.shape).resolve()
+        return str(path.parent.parent if path.parent.name == "host_vars" else path.parent)
+    if args.inventory:
+        return inventory_dir_of(inventory_path(args.inventory))
+    try:
+        from ansible import constants  # the ansible.cfg ansible-inventory reads here
+    except ImportError:
+        return None
+    sources = [str(source) for source in constants.DEFAULT_HOST_LIST or [] if os.path.exists(str(source))]
+    return inventory_dir_of(sources[0]) if sources else None
+
+
 def cmd_budget(args: argparse.Namespace) -> int:
     where = None
     if args.shape:
@@ -219,9 +237,12 @@ def cmd_budget(args: argparse.Namespace) -> int:
             problem = getattr(exc, "problem", None) or exc
             raise InputError(f"--set {assignment!r}: the value is not YAML ({problem}); quote it, e.g. --set '{key}=\"{value}\"'") from None
     # The budget gate's order: the payload identity first, then the Hub's geometry, then the price.
+    hostvars = with_rendered_manifest(hostvars, _budget_inventory_dir(args), args.shape or where)
     manifest, unchecked = manifest_to_check(hostvars, args.manifest)
     try:
-        identity = check_identity(shape, manifest) if manifest is not None else {"checked": False, "summary": unchecked}
+        identity = {"checked": False, "summary": unchecked}
+        if manifest is not None:
+            identity = check_identity(shape, manifest, functools.partial(_shape_key_origin, args))
     except InputError as exc:
         raise InputError(str(exc) if args.shape else f"{where}: {exc}") from None
     repo, revision = hub_source(hostvars)
