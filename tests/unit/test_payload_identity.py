@@ -171,3 +171,38 @@ def test_a_manifest_mapping_is_refused_with_payload_generations_and_when_malform
         deployed_payload({"dir": str(tmp_path), "manifest": INLINE, "generations": 2})
     with pytest.raises(SwitchError, match=r"^payload\.manifest: revision: expected a 40-hex commit .*; fix endpoint_payload_manifest$"):
         deployed_payload({"dir": str(tmp_path), "manifest": {**INLINE, "revision": "main"}})
+
+
+def test_pricing_from_the_hub_names_the_shape_key_the_repo_lacks_and_its_closest_file(tmp_path):
+    # Before any download the Hub's tree is the payload: a misnamed model file, projector or model
+    # directory is named with the closest file the repo holds at the pinned commit.
+    sys.path.insert(0, str(ROOT / "lab"))
+    import make_tiny_gguf
+    from hub_emulator import HubEmulator
+
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_pricing import HubPricingError, price_from_hub
+
+    model = tmp_path / "model.gguf"
+    make_tiny_gguf.write_model(make_tiny_gguf.GEOMETRIES[0], model)
+    emulator = HubEmulator()
+    emulator.add_file("owner/model", "Qwen3-8B-Q4_K_M.gguf", model, "lfs")
+    for path in ("mmproj-F16.gguf", "tiny-llama-hf/config.json"):
+        emulator.add_file("owner/model", path, b"x" * 64, "lfs" if path.endswith(".gguf") else "git", workdir=tmp_path)
+    emulator.start()
+    try:
+        client = HubClient(emulator.hub_url)
+        missing = "is not in the repo at this revision (HTTP 404); did you mean"
+        cases = {
+            ("Qwen3-8B-Q4_K_M.ggfu.gguf", None): f"model_file: Qwen3-8B-Q4_K_M.ggfu.gguf {missing} 'Qwen3-8B-Q4_K_M.gguf'?",
+            ("Qwen3-8B-Q4_K_M.ggfu", None): f"model_file: Qwen3-8B-Q4_K_M.ggfu {missing} 'Qwen3-8B-Q4_K_M.gguf'?",
+            ("Qwen3-8B-Q4_K_M.gguf", "mmproj-F61.gguf"): f"projector: mmproj-F61.gguf {missing} 'mmproj-F16.gguf'?",
+            ("tiny-llama-fh", None): f"model_file: tiny-llama-fh {missing} 'tiny-llama-hf'?",
+        }
+        for (model_file, projector), said in cases.items():
+            with pytest.raises(HubPricingError) as refused:
+                price_from_hub(client, "owner/model", model_file, projector=projector)
+            # The key and the closest name first (a plan's table shows the start of a message), the repo after.
+            assert refused.value.status == 404 and str(refused.value).startswith(said + " (repo owner/model@main ("), str(refused.value)
+    finally:
+        emulator.stop()

@@ -122,6 +122,12 @@ def _closest(path: str, candidates: Iterable[str]) -> str | None:
     return by_name[named[0]] if named else None
 
 
+def closest_name(path: str, candidates: Iterable[str]) -> str | None:
+    """The candidate nearest to `path` (by the whole path, else by its file name), or None: the
+    "did you mean" of a name the manifest, or the Hub's tree, does not hold."""
+    return _closest(path, candidates)
+
+
 def _normalise(name: PayloadName) -> str | Mismatch:
     """The path as the manifest spells it, or why it cannot be one of the manifest's paths."""
     path = name.path
