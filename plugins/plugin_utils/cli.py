@@ -179,10 +179,22 @@ def _shape_key_origin(args: argparse.Namespace, field: str) -> str | None:
         return f"--set {field}=..."
     if args.shape:
         return key_line(Path(args.shape), field) or key_line(Path(args.shape), "endpoint_shape")
-    if args.inventory:
-        inventory = Path(inventory_path(args.inventory))
+    source = inventory_path(args.inventory) if args.inventory else _configured_inventory()
+    if source:
+        inventory = Path(source)
         return inventory_file_of(inventory, args.endpoint, field) or inventory_file_of(inventory, args.endpoint, "endpoint_shape")
     return None
+
+
+def _configured_inventory() -> str | None:
+    """The inventory the ansible.cfg of this directory names (what ansible-inventory reads without
+    -i), the first that exists; None where Ansible is not importable or none is set."""
+    try:
+        from ansible import constants  # reads the same ansible.cfg ansible-inventory does, here
+    except ImportError:
+        return None
+    sources = [str(source) for source in constants.DEFAULT_HOST_LIST or [] if os.path.exists(str(source))]
+    return sources[0] if sources else None
 
 
 def _budget_inventory_dir(args: argparse.Namespace) -> str | None:
@@ -191,14 +203,8 @@ def _budget_inventory_dir(args: argparse.Namespace) -> str | None:
     if args.shape:
         path = Path(args.shape).resolve()
         return str(path.parent.parent if path.parent.name == "host_vars" else path.parent)
-    if args.inventory:
-        return inventory_dir_of(inventory_path(args.inventory))
-    try:
-        from ansible import constants  # the ansible.cfg ansible-inventory reads here
-    except ImportError:
-        return None
-    sources = [str(source) for source in constants.DEFAULT_HOST_LIST or [] if os.path.exists(str(source))]
-    return inventory_dir_of(sources[0]) if sources else None
+    source = inventory_path(args.inventory) if args.inventory else _configured_inventory()
+    return inventory_dir_of(source) if source else None
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
