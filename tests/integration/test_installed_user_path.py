@@ -22,6 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # ansible-galaxy, ansible-playbook and the CLI; no lab
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "lab"))
