@@ -163,7 +163,8 @@ def _run(tmp: Path, inventory: Path) -> tuple[int, dict, str]:
     """The companions as deploy_fleet.yml runs them, with this change's two playbooks where
     companions.yml is to import them (until it does)."""
     play = tmp / "fleet-followers.yml"
-    imports = ["retired_served_ids.yml", "companions.yml", "observability.yml"]
+    companions = (ROOT / "playbooks" / "companions.yml").read_text()
+    imports = ["companions.yml"] if "retired_served_ids.yml" in companions else ["retired_served_ids.yml", "companions.yml", "observability.yml"]
     play.write_text(yaml.safe_dump([{"name": f"Run {name}", "ansible.builtin.import_playbook": str(ROOT / "playbooks" / name)} for name in imports]))
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "PATH": f"{BIN}:{os.environ['PATH']}"}
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(play)], capture_output=True, text=True, cwd=ROOT, env=env, check=False)
@@ -216,3 +217,11 @@ def test_a_host_rename_moves_openwebui_fragments_and_observability_in_one_run_an
     rc, _stats, out = _run(tmp_path, _inventory(tmp_path / "back", old, new, openwebui_db, tmp_path))
     assert rc == 0, out[-4000:]
     _everything_names(tmp_path, openwebui_db, new, old)
+
+
+def test_the_records_are_read_where_the_endpoint_role_keeps_them():
+    # retired_served_ids.yml runs outside the role, so it repeats the role's default state directory.
+    role = yaml.safe_load((ROOT / "roles" / "endpoint" / "defaults" / "main.yml").read_text())["endpoint_state_dir"]
+    (read, _keep) = yaml.safe_load((ROOT / "playbooks" / "retired_served_ids.yml").read_text())[0]["tasks"]
+    assert f"endpoint_state_dir | default('{role}')" in read["ansible.builtin.slurp"]["src"]
+    assert read["ansible.builtin.slurp"]["src"].endswith(f"/{served_ids.RECORD_FILE}")
