@@ -17,6 +17,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.budget_gate import BUDGET_OPTIONS, budget
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.user_errors import identity_problem_text
 
 MODULE = "frank.llm_fleet.vram_budget"
 
@@ -30,11 +31,20 @@ class ActionModule(ActionBase):
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         if not self._on_controller():
-            return {**result, **self._execute_module(module_name=MODULE, task_vars=task_vars)}
+            return self._located({**result, **self._execute_module(module_name=MODULE, task_vars=task_vars)}, task_vars)
         checked = ArgumentSpecValidator(BUDGET_OPTIONS).validate(dict(self._task.args))
         if checked.error_messages:
             return {**result, "failed": True, "msg": "; ".join(checked.error_messages)}
         try:
             return {**result, **budget(checked.validated_parameters)}
         except StepError as exc:
-            return {**result, **exc.result, "failed": True, "msg": str(exc)}
+            return self._located({**result, **exc.result, "failed": True, "msg": str(exc)}, task_vars)
+
+    @staticmethod
+    def _located(result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
+        """A payload identity refusal names each shape key with the inventory file and line that
+        set it (the endpoint's endpoint_shape, as Ansible read it), which only the controller knows."""
+        identity = result.get("payload_identity") or {}
+        if result.get("failed") and identity.get("mismatches"):
+            result["msg"] = identity_problem_text(identity, (task_vars or {}).get("endpoint_shape"))
+        return result

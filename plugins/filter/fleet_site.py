@@ -1,21 +1,36 @@
 # Copyright: frank.llm_fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters for what follows the endpoints' shapes after a deploy: the endpoints as the inventory
-places them, the harness's models.yml fragments, the homepage's files, and the served-id renames
-the clients must follow. They run on the controller from the inventory (hostvars), the same source
-`llm-fleet generate` reads."""
+places them, the harness's models.yml fragments, the homepage's files, Prometheus's jobs and rules
+and Grafana's dashboards, and the served-id renames the clients must follow. They run on the
+controller from the inventory (hostvars), the same source `llm-fleet generate` reads."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible.utils.display import Display
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import EndpointFacts, client_fragments, facts_from_hostvars
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils import served_ids
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import (
+    EndpointFacts,
+    client_fragments,
+    exported_series,
+    facts_from_hostvars,
+    observability_artifacts,
+    serialise,
+)
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.homepage import HomepageError, site_files
 
 MAX_ENDPOINTS = 1000
+# The series each runtime exports (captured /metrics), shipped with the collection.
+EXPORTED_DIR = Path(__file__).resolve().parents[2] / "observability" / "exported"
+# The fact playbooks/retired_served_ids.yml sets on an endpoint: the ids its retired units served last.
+RETIRED_FACT = "__fleet_retired_served_ids"
 
 
 def fleet_endpoints(names: list[str], hostvars: Any) -> list[dict[str, Any]]:
@@ -35,6 +50,9 @@ def fleet_endpoints(names: list[str], hostvars: Any) -> list[dict[str, Any]]:
             raise AnsibleFilterError(f"{name}: endpoint_shape: {exc}") from None
         deployed = hv.get("__endpoint_deploy") or {}
         kept = [g.get("served_id") for g in deployed.get("generations") or [] if isinstance(g, dict) and g.get("served_id")]
+        # A host rename: the new endpoint's records are its own; the ids the clients still hold are
+        # those its retired units' records served (playbooks/retired_served_ids.yml reads them).
+        kept += [str(i) for i in hv.get(RETIRED_FACT) or [] if isinstance(i, str) and i]
         out.append(
             {
                 "name": facts.name,
@@ -72,6 +90,32 @@ def models_fragments(endpoints: list[dict[str, Any]]) -> dict[str, str]:
         raise AnsibleFilterError(f"client fragments: {exc}") from None
 
 
+def observability_files(endpoints: list[dict[str, Any]]) -> dict[str, str]:
+    """Prometheus's scrape config and alert rules and Grafana's dashboards, by path relative to the
+    output directory, byte for byte what `llm-fleet generate` writes there. Fails, writing nothing,
+    when a rule or panel names a series its runtime does not export."""
+    # Plain data: the YAML writer represents str, not the tagged strings templating hands a filter.
+    plain = json.loads(json.dumps(endpoints))
+    try:
+        artifacts = observability_artifacts(_facts(plain), exported_series(str(EXPORTED_DIR)))
+    except (ShapeError, ValueError, KeyError) as exc:
+        raise AnsibleFilterError(f"observability: {exc}") from None
+    except OSError as exc:
+        raise AnsibleFilterError(f"observability: cannot read the exported series ({exc}); reinstall the collection") from None
+    if artifacts.problems:
+        raise AnsibleFilterError("observability: the series check failed, nothing is written: " + "; ".join(artifacts.problems))
+    return {path: serialise(value).decode() for path, value in artifacts.files.items()}
+
+
+def retired_served_ids(reads: list[dict[str, Any]]) -> list[str]:
+    """The served ids the retired units' last records name (the slurp results of
+    playbooks/retired_served_ids.yml); a record that cannot be read is named in a warning."""
+    ids, notes = served_ids.retired_served_ids(list(reads or []))
+    for note in notes:
+        Display().warning(f"retired_served_ids: {note}")
+    return ids
+
+
 def served_id_renames(endpoints: list[dict[str, Any]], extra: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
     """old -> new for every id an endpoint's kept records served that it no longer serves (an
     endpoint renamed twice gives two, both to its current id; the re-key moves whichever holds
@@ -104,4 +148,6 @@ class FilterModule:
             "homepage_site": homepage_site,
             "models_fragments": models_fragments,
             "served_id_renames": served_id_renames,
+            "observability_files": observability_files,
+            "retired_served_ids": retired_served_ids,
         }

@@ -16,6 +16,11 @@ description:
     returns the shape keys that price the model as its downloaded files would
     (C(model_geometry), C(projector_bytes), C(drafter_geometry); C(weights) for a safetensors
     model), so a shape can be priced before a long download.
+  - "A file the repo does not hold at that commit (a misspelt O(model_file), O(projector) or
+    O(drafter), or a model directory without C(config.json)) fails naming the shape key and the
+    closest name the repo's tree holds (one listing of the tree, after the Hub's 404), before any
+    download, for example 'model_file: model.Q4_K_M.ggfu is not in the repo at this revision (HTTP
+    404); did you mean model.Q4_K_M.gguf? (repo OWNER/NAME@REVISION)'."
   - A header is read from a small prefix that grows, by at least doubling, only while the header
     is longer. What a Hub may make it read is bounded per header and in total; a header claiming
     an absurd length is refused naming the file, the repo and the bound.

@@ -83,10 +83,15 @@ options:
     default: []
 notes:
   - Pure computation on header bytes; no tensor data is read.
+  - The arithmetic, each law with the measurement it is checked against, and the payload identity
+    rules are in C(docs/vram_budget.md) of the collection.
 seealso:
-  - name: The budget laws
-    description: The arithmetic and its measured calibration.
-    link: https://example.invalid/frank/llm_fleet/docs/vram_budget.md
+  - module: frank.llm_fleet.hub_geometry
+    description: The model's geometry from the Hub by range requests, to price a shape before its download.
+  - module: frank.llm_fleet.hf_payload_gate
+    description: Fetches and verifies the payload against the same pinned manifest.
+  - module: frank.llm_fleet.boot_calibration
+    description: Stores each boot's measured figures, which this module reads back (its boots option).
 """
 
 EXAMPLES = r"""

@@ -39,6 +39,7 @@ llm-fleet itself (LLM_FLEET_TRACEBACK=1 shows where), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -84,6 +85,7 @@ from ansible_collections.frank.llm_fleet.plugins.plugin_utils.cli_views import (
     render_qualify,
     shape_from_hub,
     wants_hub,
+    with_rendered_manifest,
 )
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.fleet_artifacts import (
     EndpointFacts,
@@ -177,10 +179,32 @@ def _shape_key_origin(args: argparse.Namespace, field: str) -> str | None:
         return f"--set {field}=..."
     if args.shape:
         return key_line(Path(args.shape), field) or key_line(Path(args.shape), "endpoint_shape")
-    if args.inventory:
-        inventory = Path(inventory_path(args.inventory))
+    source = inventory_path(args.inventory) if args.inventory else _configured_inventory()
+    if source:
+        inventory = Path(source)
         return inventory_file_of(inventory, args.endpoint, field) or inventory_file_of(inventory, args.endpoint, "endpoint_shape")
     return None
+
+
+def _configured_inventory() -> str | None:
+    """The inventory the ansible.cfg of this directory names (what ansible-inventory reads without
+    -i), the first that exists; None where Ansible is not importable or none is set."""
+    try:
+        from ansible import constants  # reads the same ansible.cfg ansible-inventory does, here
+    except ImportError:
+        return None
+    sources = [str(source) for source in constants.DEFAULT_HOST_LIST or [] if os.path.exists(str(source))]
+    return sources[0] if sources else None
+
+
+def _budget_inventory_dir(args: argparse.Namespace) -> str | None:
+    """inventory_dir as the play has it for the priced endpoint: -i's, else the inventory the
+    ansible.cfg of this directory names; for --shape FILE, the inventory its host_vars/ lies in."""
+    if args.shape:
+        path = Path(args.shape).resolve()
+        return str(path.parent.parent if path.parent.name == "host_vars" else path.parent)
+    source = inventory_path(args.inventory) if args.inventory else _configured_inventory()
+    return inventory_dir_of(source) if source else None
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
@@ -219,9 +243,12 @@ def cmd_budget(args: argparse.Namespace) -> int:
             problem = getattr(exc, "problem", None) or exc
             raise InputError(f"--set {assignment!r}: the value is not YAML ({problem}); quote it, e.g. --set '{key}=\"{value}\"'") from None
     # The budget gate's order: the payload identity first, then the Hub's geometry, then the price.
+    hostvars = with_rendered_manifest(hostvars, _budget_inventory_dir(args), args.shape or where)
     manifest, unchecked = manifest_to_check(hostvars, args.manifest)
     try:
-        identity = check_identity(shape, manifest) if manifest is not None else {"checked": False, "summary": unchecked}
+        identity = {"checked": False, "summary": unchecked}
+        if manifest is not None:
+            identity = check_identity(shape, manifest, functools.partial(_shape_key_origin, args))
     except InputError as exc:
         raise InputError(str(exc) if args.shape else f"{where}: {exc}") from None
     repo, revision = hub_source(hostvars)

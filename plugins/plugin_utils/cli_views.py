@@ -10,6 +10,7 @@ roles/endpoint/tasks/hub_geometry.yml (when the Hub is read, which repo and revi
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ import yaml
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.budget_gate import identity_result
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient, HubError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_pricing import HubPricing, HubPricingError, fill_shape, price_from_hub
-from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import prices_on_controller
+from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import parse_shape, prices_on_controller
+from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
-from ansible_collections.frank.llm_fleet.plugins.plugin_utils.user_errors import InputError, is_vaulted
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.user_errors import InputError, identity_problem_text, is_vaulted
 
 ROOT = Path(__file__).resolve().parents[2]
 QUALIFY_DEFAULTS = ROOT / "roles" / "qualify" / "defaults" / "main.yml"
@@ -35,14 +37,21 @@ def inventory_dir_of(inventory: str) -> str:
     return str(path if path.is_dir() else path.parent)
 
 
-def qualify_results_dir(hostvars: dict[str, Any], inventory_dir: str) -> str:
-    """The endpoint's qualify_results_dir as the play renders it: its own setting, else the role's
-    default rule, templated by Ansible with the host's variables and inventory_dir."""
+def _render(expression: str, hostvars: dict[str, Any], inventory_dir: str, needs: str) -> Any:
+    """`expression` templated by Ansible as the play templates it, with the host's variables and
+    inventory_dir. ImportError (no Ansible in this Python) and Ansible's own errors propagate;
+    `needs` says what the rendering is for, in the message when Ansible is missing."""
     try:
         from ansible.parsing.dataloader import DataLoader
+        from ansible.plugins.loader import init_plugin_loader
         from ansible.template import Templar
+        from ansible.utils.collection_loader import AnsibleCollectionConfig
     except ImportError:
-        raise InputError("the qualify results directory is rendered by Ansible: run llm-fleet with the Python that runs Ansible, or give --dir") from None
+        raise InputError(f"{needs} is rendered by Ansible: run llm-fleet with the Python that runs Ansible") from None
+    if AnsibleCollectionConfig.collection_finder is None:
+        # As ansible's own commands do first: lookups and filters (ansible.builtin.file, from_yaml)
+        # are found through the collection loader.
+        init_plugin_loader()
     try:
         from ansible.template import trust_as_template  # ansible-core 2.19+: only trusted text is a template
     except ImportError:
@@ -50,6 +59,17 @@ def qualify_results_dir(hostvars: dict[str, Any], inventory_dir: str) -> str:
         def trust_as_template(value: str) -> str:
             return value
 
+    # Every host variable, as the play has them (a value may be built from another), but the vaulted
+    # ones: the budget reads no secret, and an expression naming one fails as undefined.
+    plain = {name: value for name, value in hostvars.items() if not is_vaulted(value)}
+    variables = {name: trust_as_template(value) if isinstance(value, str) else value for name, value in plain.items()}
+    variables["inventory_dir"] = inventory_dir
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(str(expression)))
+
+
+def qualify_results_dir(hostvars: dict[str, Any], inventory_dir: str) -> str:
+    """The endpoint's qualify_results_dir as the play renders it: its own setting, else the role's
+    default rule, templated by Ansible with the host's variables and inventory_dir."""
     expression = hostvars.get(RESULTS_DIR_VAR)
     if expression is None:
         with open(QUALIFY_DEFAULTS, encoding="utf-8") as handle:
@@ -58,14 +78,36 @@ def qualify_results_dir(hostvars: dict[str, Any], inventory_dir: str) -> str:
         value = hostvars.get(name, "")
         if is_vaulted(value) or not isinstance(value, str):
             raise InputError(f"{name} is {'vaulted' if is_vaulted(value) else type(value).__name__}; write the directory as a path in the clear, or give --dir")
-    # Every host variable, as the play has them: a directory may be built from another variable.
-    variables = {name: trust_as_template(value) if isinstance(value, str) else value for name, value in hostvars.items()}
-    variables["inventory_dir"] = inventory_dir
     try:
-        rendered = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(str(expression)))
+        rendered = _render(str(expression), hostvars, inventory_dir, "the qualify results directory (or give --dir)")
+    except InputError:
+        raise
     except Exception as exc:  # Ansible's template errors have no common public base across versions
         raise InputError(f"{RESULTS_DIR_VAR}: cannot render {expression!r} ({exc}); set llm_fleet_qualify_dir to a path, or give --dir") from None
     return os.path.normpath(str(rendered).strip())
+
+
+def with_rendered_manifest(hostvars: dict[str, Any], inventory_dir: str | None, where: str) -> dict[str, Any]:
+    """The host's variables with endpoint_payload_manifest as the play reads it: a template (the
+    form docs/plan.md gives, a manifest kept beside the inventory and read with a file lookup) is
+    rendered with the host's variables and inventory_dir, so the budget checks the same manifest
+    the play's budget gate checks. `where` names the file or host it was set in."""
+    value = hostvars.get("endpoint_payload_manifest")
+    if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+        return hostvars
+    if inventory_dir is None:
+        raise InputError(f"{where}: endpoint_payload_manifest is a template ({value}); give -i INVENTORY so inventory_dir is known, or --manifest FILE")
+    try:
+        rendered = _render(value, hostvars, inventory_dir, "endpoint_payload_manifest (or give --manifest FILE)")
+    except InputError:
+        raise
+    except Exception as exc:  # Ansible's template errors have no common public base across versions
+        message = " ".join(str(exc).split())
+        raise InputError(
+            f"{where}: endpoint_payload_manifest: cannot render {value} with inventory_dir {inventory_dir} ({message}); "
+            "fix the expression or the manifest file it reads, or give --manifest FILE"
+        ) from None
+    return {**hostvars, "endpoint_payload_manifest": rendered}
 
 
 def render_qualify(document: dict[str, Any]) -> str:
@@ -97,11 +139,20 @@ def manifest_to_check(hostvars: dict[str, Any], manifest_file: str | None) -> tu
     return None, "not checked here (no endpoint_payload_manifest)"
 
 
-def check_identity(shape: dict[str, Any], manifest: Any) -> dict[str, Any]:
-    """The budget gate's identity check; a misnamed file is bad input (exit 2), not a refusal."""
+def check_identity(shape: dict[str, Any], manifest: Any, origin: Callable[[str], str | None] | None = None) -> dict[str, Any]:
+    """The budget gate's identity check; a misnamed file is bad input (exit 2), not a refusal, named
+    with the shape key and the file that set it (`origin(key)`). A shape that does not parse is
+    left to the pricing, which names the key that is wrong."""
+    try:
+        parse_shape(shape)
+    except ShapeError:
+        return {"checked": False, "summary": "not checked (the shape does not parse)"}
     try:
         return identity_result(shape, manifest)
     except StepError as exc:
+        identity = exc.result.get("payload_identity") or {}
+        if identity.get("mismatches"):
+            raise InputError(identity_problem_text(identity, shape, origin)) from None
         raise InputError(f"{exc}; correct the shape key (or the manifest), then price again") from None
 
 
@@ -125,6 +176,10 @@ def wants_hub(mode: str, repo: str, shape: dict[str, Any], payload_dir: str | No
         raise InputError(f"endpoint_hub_pricing is {mode!r}; write one of {', '.join(HUB_MODES)}")
     if not repo or mode == "never":
         return False
+    try:
+        parse_shape(shape)
+    except ShapeError:
+        return False  # the pricing names the key that is wrong, before anything is read from the Hub
     return mode == "always" or (not payload_dir and not prices_on_controller(shape))
 
 

@@ -170,7 +170,11 @@ def price_on_controller(facts: EndpointFacts) -> tuple[BudgetResult | None, str]
         return None, f"not priced: {exc}"
 
 
-def generate(endpoints: list[EndpointFacts], exported: dict[str, set[str]], inventory_name: str) -> Artifacts:
+def observability_artifacts(endpoints: list[EndpointFacts], exported: dict[str, set[str]]) -> Artifacts:
+    """Prometheus's scrape jobs and alert rules and Grafana's dashboards for the endpoints, with the
+    series check's problems (any fails the run: nothing is written) and notes on what was left out.
+    What `llm-fleet generate` writes under prometheus/ and grafana/, and what a fleet run writes to
+    fleet_observability_dir (playbooks/observability.yml)."""
     out = Artifacts()
     groups = []
     scrape = []
@@ -180,7 +184,6 @@ def generate(endpoints: list[EndpointFacts], exported: dict[str, set[str]], inve
         groups.append(group)
         out.files[f"prometheus/rules/{facts.name}.rules.yml"] = {"groups": [group]}
         scrape.append(observability.scrape_job(facts.name, facts.typed, facts.address, keyed=bool(facts.api_key_env)))
-        out.files.update({f"client/{name}": text for name, text in client_fragments([facts]).items()})
     out.problems.extend(observability.check_rule_groups(groups, exported))
     scrape.append(observability.node_job([f.address for f in endpoints]))
     config = {
@@ -195,11 +198,18 @@ def generate(endpoints: list[EndpointFacts], exported: dict[str, set[str]], inve
         out.notes.extend(notes)
         out.problems.extend(observability.check_dashboard(board, runtime, exported[runtime]))
         out.files[f"grafana/{runtime}.json"] = json.dumps(board, indent=2) + "\n"
+    return out
+
+
+def generate(endpoints: list[EndpointFacts], exported: dict[str, set[str]], inventory_name: str) -> Artifacts:
+    out = observability_artifacts(endpoints, exported)
+    for facts in endpoints:
+        out.files.update({f"client/{name}": text for name, text in client_fragments([facts]).items()})
     for facts in endpoints:
         result, why = price_on_controller(facts)
         picture = f"runbooks/{facts.name}-ledger.png"
         out.ledgers[picture] = (result, f"{facts.name}: {facts.runtime} ledger per device" if result else why)
-        rules = [r["alert"] for g in groups if g["name"] == f"llm-fleet-{facts.name}" for r in g["rules"]]
+        rules = [r["alert"] for g in out.files[f"prometheus/rules/{facts.name}.rules.yml"]["groups"] for r in g["rules"]]
         out.files[f"runbooks/{facts.name}.md"] = runbook(facts, result, why, rules, inventory_name)
     out.files["README.md"] = _index(endpoints, inventory_name)
     return out

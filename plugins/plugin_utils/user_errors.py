@@ -181,6 +181,24 @@ def missing_payload_text(missing: str, raw: dict[str, Any], payload_dir: str, fa
     )
 
 
+IDENTITY_FIX = "fix: name each file as the manifest lists it (relative to endpoint_payload_dir), or pin a manifest that holds it"
+
+
+def identity_problem_text(identity: dict[str, Any], raw: Any = None, fallback_origin: Any = None) -> str:
+    """The payload identity's refusal (the budget gate's `payload_identity` result) as a person acts
+    on it: each shape key, the name the manifest lacks and the closest name it has first (a plan's
+    table shows the start of it), then the file and line that set the key, the manifest, the fix."""
+    parts = []
+    for mismatch in identity.get("mismatches") or []:
+        field = str(mismatch.get("field") or "")
+        key = field.split(" ", 1)[0].split("[", 1)[0]
+        value = raw.get(key) if isinstance(raw, dict) else None
+        where = (origin_of(value) if value is not None else None) or (fallback_origin(key) if fallback_origin and key else None)
+        parts.append(f"endpoint_shape.{mismatch.get('message')}" + (f" (set in {where})" if where else ""))
+    manifest = identity.get("manifest")
+    return "payload identity: " + "; ".join(parts) + (f"; manifest {manifest}" if manifest else "") + f"; {IDENTITY_FIX}"
+
+
 def key_line(path: Path, key: str) -> str | None:
     """'PATH:LINE' of the first line that sets `key:` in a YAML file (for files read without Ansible)."""
     try:

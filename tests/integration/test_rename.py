@@ -4,11 +4,17 @@ restarts answering the new id on /v1/models, the harness's models.yml fragment, 
 id-keyed rows (in the real database open-webui's own migrations build, backed up first) and the
 homepage's card and model guide all move to it, and the browser gate crawls the result green.
 Renaming back is the same edit and run, and moves everything back (seed 004: "harness id ==
-served id; one id per model everywhere"; "re-key it in the same deploy")."""
+served id; one id per model everywhere"; "re-key it in the same deploy").
+
+The wire rename (the host frank-secondary renamed frank-zealot, the old unit retired) does the same
+in one run, with the companions in its --limit: the unit, OpenWebUI's rows (the old id read from the
+retired endpoint's kept record), the homepage, the fragments and the Prometheus jobs, rules and
+Grafana dashboards the run writes (playbooks/observability.yml); the reverse edit returns them."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -24,7 +30,6 @@ from lab_host import (
     HOST,
     LAB_INVENTORY,
     ROOT,
-    cli,
     env,
     failures,
     inventory_with_shape,
@@ -147,6 +152,23 @@ def test_a_rename_is_one_inventory_edit_and_one_run(tmp_path, openwebui_with_the
     assert sqlite3.connect(tmp_path / "back.db").execute("SELECT COUNT(*) FROM access_grant WHERE resource_id = ?", (OLD,)).fetchone()[0] == 2
 
 
+# This change's playbooks around the fleet run, where companions.yml is to import them: the retired
+# units' served ids before the OpenWebUI re-key, the Prometheus and Grafana files after. Until
+# companions.yml imports them, the test runs them around deploy_fleet.yml itself.
+FOLLOWERS = ("retired_served_ids.yml", "observability.yml")
+
+
+def _fleet_run(tmp_path: Path) -> str:
+    """deploy_fleet.yml as playbook() takes it, with the followers where companions.yml lacks them."""
+    companions = (ROOT / "playbooks" / "companions.yml").read_text()
+    if all(name in companions for name in FOLLOWERS):
+        return "deploy_fleet.yml"
+    wrapper = tmp_path / "deploy-fleet-followers.yml"
+    imports = [FOLLOWERS[0], "deploy_fleet.yml", FOLLOWERS[1]]
+    wrapper.write_text(yaml.safe_dump([{"name": f"Run {name}", "ansible.builtin.import_playbook": str(ROOT / "playbooks" / name)} for name in imports]))
+    return os.path.relpath(wrapper, ROOT / "playbooks")
+
+
 def _renamed_inventory(root: Path, old: str, new: str) -> Path:
     """inventories/lab copied under root with endpoint `old` renamed `new` (the seeds' latest-era
     wire name): the host renamed in every group, its host_vars moved, its cache directory its own,
@@ -184,29 +206,50 @@ def wire_rename(request):
     request.addfinalizer(restore)
 
 
-def test_a_wire_rename_moves_the_endpoint_and_a_rollback_returns_to_the_old_name(tmp_path, wire_rename):
-    # Before: frank-secondary serves under its own name.
-    rc, _stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=OLD)
+def _followers_name(tmp_path: Path, client_dir: Path, observability_dir: Path, new: str, old: str) -> None:
+    """Everything that follows the served id names `new` and never `old`: OpenWebUI's trio (a backup
+    taken first), the homepage's card and guide, the clients' fragments, and the Prometheus jobs,
+    alert rules and Grafana dashboards the run wrote."""
+    ids = _openwebui_ids(tmp_path / f"{new}.db")
+    assert new in ids["model"] and old not in ids["model"] and ids["grants"] == [new] and ids["connections"] == [new], ids
+    own = lab_addresses()[0]
+    docs, index = _fetch(f"http://{own}:8088/docs"), _fetch(f"http://{own}:8088/")
+    assert f'id="model-{new}"' in docs and f'id="model-{old}"' not in docs
+    assert f"/docs#model-{new}" in index and f"/docs#model-{old}" not in index
+    assert sorted(p.name for p in client_dir.iterdir()) == [f"{new}.models.yml"]
+    assert [m["id"] for m in yaml.safe_load((client_dir / f"{new}.models.yml").read_text())["models"]] == [new]
+    written = {p.relative_to(observability_dir).as_posix(): p.read_text() for p in observability_dir.rglob("*") if p.is_file()}
+    assert f"prometheus/rules/{new}.rules.yml" in written and f"prometheus/rules/{old}.rules.yml" not in written, sorted(written)
+    jobs = [job["job_name"] for job in yaml.safe_load(written["prometheus/prometheus.yml"])["scrape_configs"]]
+    assert new in jobs and old not in jobs, jobs
+    assert new in written["grafana/llamacpp.json"]
+    for path, text in written.items():
+        assert old not in text, path
+
+
+def test_a_wire_rename_moves_the_endpoint_and_a_rollback_returns_to_the_old_name(tmp_path, wire_rename, openwebui_with_the_old_id):
+    fleet = _fleet_run(tmp_path)
+    client_dir, observability_dir = tmp_path / "client", tmp_path / "observability"
+    where = {"fleet_client_dir": str(client_dir), "fleet_observability_dir": str(observability_dir)}
+    # Before: frank-secondary serves under its own name, and everything that follows it names it.
+    rc, _stats, out = playbook(tmp_path, fleet, limit=f"{OLD},openwebui,homepage", extra_vars=where)
     assert rc == 0, failures(out) or out[-3000:]
     assert served(PORT) == OLD
+    assert (observability_dir / "prometheus" / "rules" / f"{OLD}.rules.yml").is_file()
 
-    # The rename to the latest era's wire name: one inventory edit, one deploy_fleet run.
+    # The rename to the latest era's wire name: one inventory edit, one fleet run with the companions.
     renamed = _renamed_inventory(tmp_path / "renamed", OLD, NEW)
-    rc, _stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=NEW, inventory=renamed)
+    rc, _stats, out = playbook(tmp_path, fleet, limit=f"{NEW},openwebui,homepage", inventory=renamed, extra_vars=where)
     assert rc == 0, failures(out) or out[-3000:]
     assert served(PORT) == NEW
     assert _unit_state(f"{NEW}.service") == ("enabled", "active")
     # The old unit is retired (stopped, archived, masked), its container gone: nothing answers
-    # under the old name, and the generated scrape jobs, rules and client fragments name the new one.
+    # under the old name, and nothing that follows the served id names it.
     assert _unit_state(f"{OLD}.service") == ("masked", "inactive")
     assert on_host("sh", "-c", f"ls /var/lib/llm-fleet/archive/*/{OLD}.service")
     assert OLD not in on_host("podman", "ps", "--format", "{{.Names}}").split()
-    generated = tmp_path / "generated"
-    proc = cli("generate", "-i", str(renamed), "-o", str(generated))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for folder in ("prometheus", "client"):
-        texts = "\n".join(path.read_text() for path in (generated / folder).rglob("*") if path.is_file())
-        assert NEW in texts and OLD not in texts, folder
+    _followers_name(tmp_path, client_dir, observability_dir, NEW, OLD)
+    assert on_host("sh", "-c", f"ls {DB}.bak-* | wc -l") == "1"
 
     # The rollback to the old names is the reverse edit: frank-secondary again, frank-zealot retired.
     back = tmp_path / "back"
@@ -215,8 +258,9 @@ def test_a_wire_rename_moves_the_endpoint_and_a_rollback_returns_to_the_old_name
     (back / ".lab").symlink_to(ROOT / ".lab")
     data = yaml.safe_load((inventory / "host_vars" / f"{OLD}.yml").read_text())
     (inventory / "host_vars" / f"{OLD}.yml").write_text(yaml.safe_dump({**data, "endpoint_retired_units": [f"{NEW}.service"]}))
-    rc, _stats, out = playbook(tmp_path, "deploy_fleet.yml", limit=OLD, inventory=inventory)
+    rc, _stats, out = playbook(tmp_path, fleet, limit=f"{OLD},openwebui,homepage", inventory=inventory, extra_vars=where)
     assert rc == 0, failures(out) or out[-3000:]
     assert served(PORT) == OLD
     assert _unit_state(f"{OLD}.service") == ("enabled", "active")
     assert _unit_state(f"{NEW}.service") == ("masked", "inactive")
+    _followers_name(tmp_path, client_dir, observability_dir, OLD, NEW)

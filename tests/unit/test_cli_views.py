@@ -124,6 +124,7 @@ def test_budget_refuses_a_model_file_the_manifest_lacks_naming_the_closest(tmp_p
     proc = run("budget", "--shape", str(write_host_vars(tmp_path / "hv.yml", shape, endpoint_payload_manifest=manifest_of({"tiny.gguf": 100}))))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "model_file: 'tiny.ggfu' is not in the manifest; did you mean 'tiny.gguf'?" in proc.stderr
+    assert f"(set in {tmp_path / 'hv.yml'}:" in proc.stderr, proc.stderr  # and the file that set it
     assert "lab/tiny-models@0123456789ab" in proc.stderr and proc.stdout == ""
 
 

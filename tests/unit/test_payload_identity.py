@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.budget_gate import budget
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.deployed import SwitchError, check_payload
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.deployed import payload_identity as deployed_payload
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import DIRECTORY, PayloadName, check_identity
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import parse_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import payload_identity, payload_names
@@ -118,7 +120,10 @@ def test_the_budget_gate_reads_a_manifest_file_and_says_when_it_checked_nothing(
     priced = budget({"shape": llamacpp(model_file="model.gguf"), "devices": DEVICES, "manifest": str(path)})
     assert priced["payload_identity"]["ok"] and priced["table"].endswith("is in the manifest owner/model@0123456789ab")
     unchecked = budget({"shape": llamacpp(model_file="model.gguf"), "devices": DEVICES})
-    assert unchecked["payload_identity"] == {"checked": False, "summary": "not checked here (no manifest given)"}
+    # No manifest reached the budget: none is set, or it is a file on a host the controller does not
+    # read, so the wording may not claim that none was given (the role's next line names the file).
+    assert unchecked["payload_identity"] == {"checked": False, "summary": "not checked here (the budget read no manifest)"}
+    assert unchecked["table"].endswith("\npayload identity: not checked here (the budget read no manifest)")
     with pytest.raises(StepError, match=r"^manifest: cannot read the payload manifest .*missing.json.*fix endpoint_payload_manifest$"):
         budget({"shape": llamacpp(model_file="model.gguf"), "devices": DEVICES, "manifest": str(tmp_path / "missing.json")})
 
@@ -140,3 +145,64 @@ def test_the_module_on_a_host_refuses_the_misnamed_file_too(tmp_path):
     result = json.loads(proc.stdout)
     assert proc.returncode == 1 and result["failed"]
     assert "did you mean 'model.gguf'?" in result["msg"] and result["payload_identity"]["ok"] is False
+
+
+INLINE = {"repo_id": "owner/model", "revision": REVISION, "files": [{"path": "model.gguf", "size": 5}]}
+
+
+def test_a_deploy_records_a_manifest_given_as_a_mapping_and_a_rollback_checks_its_payload(tmp_path):
+    # docs/plan.md's form (a manifest beside the inventory, read as a mapping): the deploy's record
+    # names it and pins it by its text, so a rollback checks the payload against it.
+    record = {"payload": deployed_payload({"dir": str(tmp_path), "manifest": INLINE, "generations": 0})}
+    assert record["payload"]["manifest"] == "(inline) owner/model@0123456789ab"
+    assert len(record["payload"]["manifest_sha256"]) == 64
+    with pytest.raises(SwitchError, match=r"payload in .* is not whole: .*model\.gguf"):
+        check_payload(record)
+    (tmp_path / "model.gguf").write_bytes(b"GGUF!")
+    check_payload(record)
+    # The same manifest pins the same digest; another revision does not.
+    assert deployed_payload({"dir": str(tmp_path), "manifest": dict(INLINE)})["manifest_sha256"] == record["payload"]["manifest_sha256"]
+    moved = deployed_payload({"dir": str(tmp_path), "manifest": {**INLINE, "revision": "f" * 40}})
+    assert moved["manifest_sha256"] != record["payload"]["manifest_sha256"]
+
+
+def test_a_manifest_mapping_is_refused_with_payload_generations_and_when_malformed(tmp_path):
+    with pytest.raises(SwitchError, match=r"^payload\.manifest: a mapping, but payload generations .* set endpoint_payload_generations to 0$"):
+        deployed_payload({"dir": str(tmp_path), "manifest": INLINE, "generations": 2})
+    with pytest.raises(SwitchError, match=r"^payload\.manifest: revision: expected a 40-hex commit .*; fix endpoint_payload_manifest$"):
+        deployed_payload({"dir": str(tmp_path), "manifest": {**INLINE, "revision": "main"}})
+
+
+def test_pricing_from_the_hub_names_the_shape_key_the_repo_lacks_and_its_closest_file(tmp_path):
+    # Before any download the Hub's tree is the payload: a misnamed model file, projector or model
+    # directory is named with the closest file the repo holds at the pinned commit.
+    sys.path.insert(0, str(ROOT / "lab"))
+    import make_tiny_gguf
+    from hub_emulator import HubEmulator
+
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import HubClient
+    from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_pricing import HubPricingError, price_from_hub
+
+    model = tmp_path / "model.gguf"
+    make_tiny_gguf.write_model(make_tiny_gguf.GEOMETRIES[0], model)
+    emulator = HubEmulator()
+    emulator.add_file("owner/model", "Qwen3-8B-Q4_K_M.gguf", model, "lfs")
+    for path in ("mmproj-F16.gguf", "tiny-llama-hf/config.json"):
+        emulator.add_file("owner/model", path, b"x" * 64, "lfs" if path.endswith(".gguf") else "git", workdir=tmp_path)
+    emulator.start()
+    try:
+        client = HubClient(emulator.hub_url)
+        missing = "is not in the repo at this revision (HTTP 404); did you mean"
+        cases = {
+            ("Qwen3-8B-Q4_K_M.ggfu.gguf", None): f"model_file: Qwen3-8B-Q4_K_M.ggfu.gguf {missing} 'Qwen3-8B-Q4_K_M.gguf'?",
+            ("Qwen3-8B-Q4_K_M.ggfu", None): f"model_file: Qwen3-8B-Q4_K_M.ggfu {missing} 'Qwen3-8B-Q4_K_M.gguf'?",
+            ("Qwen3-8B-Q4_K_M.gguf", "mmproj-F61.gguf"): f"projector: mmproj-F61.gguf {missing} 'mmproj-F16.gguf'?",
+            ("tiny-llama-fh", None): f"model_file: tiny-llama-fh {missing} 'tiny-llama-hf'?",
+        }
+        for (model_file, projector), said in cases.items():
+            with pytest.raises(HubPricingError) as refused:
+                price_from_hub(client, "owner/model", model_file, projector=projector)
+            # The key and the closest name first (a plan's table shows the start of a message), the repo after.
+            assert refused.value.status == 404 and str(refused.value).startswith(said + " (repo owner/model@main ("), str(refused.value)
+    finally:
+        emulator.stop()

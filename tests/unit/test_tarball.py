@@ -66,6 +66,8 @@ PLAYBOOKS = {
     "spec_ab",
     "sweep",
     "quality_gate",
+    "retired_served_ids",
+    "observability",
 }
 
 

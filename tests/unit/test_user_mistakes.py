@@ -44,7 +44,8 @@ MISTAKES = {
     '"262k" for a context': (lambda inv: edit(inv / LLAMACPP, "  ctx_size: 65536", "  ctx_size: 262k"), "endpoint_shape.ctx_size", "ctx_size: 262144"),
     "an illegal KV dtype": (lambda inv: edit(inv / LLAMACPP, "  type_k: q8_0", "  type_k: q8"), "endpoint_shape.type_k", "expected one of f32, f16, bf16"),
     "a negative slot count": (lambda inv: edit(inv / LLAMACPP, "  parallel: 2 ", "  parallel: -2 "), "endpoint_shape.parallel", "must be at least 1"),
-    "a missing model file": (None, "endpoint_shape.model_file", "did you mean model.Q4_K_M.gguf"),
+    # The file to name instead: the play finds it on the host, the CLI in the example's pinned manifest.
+    "a missing model file": (None, "endpoint_shape.model_file", "model.Q4_K_M.gguf"),
     "a vaulted key with no vault password": (None, "endpoint_api_key", "--vault-password-file"),
     "two endpoints on one port": (None, "endpoint_shape.port", "give each endpoint on a machine its own port"),
     "an unknown runtime": (lambda inv: edit(inv / LLAMACPP, "  runtime: llamacpp", "  runtime: llama.cpp"), "endpoint_shape.runtime", "one of llamacpp, vllm"),
@@ -109,7 +110,7 @@ def make(user, name: str) -> Path:
         (payload / "model.Q4_K_M.gguf").write_bytes(b"")
         drop_geometry(inventory / LLAMACPP)
         edit(inventory / LLAMACPP, "endpoint_payload_dir: /srv/models/my-llamacpp", f"endpoint_payload_dir: {payload}")
-        edit(inventory / LLAMACPP, "model_file: model.gguf", "model_file: model.Q4_K_M.ggfu")
+        edit(inventory / LLAMACPP, "model_file: model.Q4_K_M.gguf ", "model_file: model.Q4_K_M.ggfu ")
     elif name == "a vaulted key with no vault password":
         pass  # the mistake is in how it is run
     elif name == "two endpoints on one port":

@@ -15,6 +15,7 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import render_table
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import UNCHECKED
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, load_manifest, parse_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import payload_identity, price_shape
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
@@ -35,7 +36,7 @@ def identity_result(shape: Any, manifest: Any) -> dict[str, Any]:
     """The payload identity check's result; StepError when the manifest is unreadable or the shape
     names a file it lacks (before any pricing reads a header that is not there)."""
     if manifest in (None, "", {}):
-        return {"checked": False, "summary": "not checked here (no manifest given)"}
+        return {"checked": False, "summary": UNCHECKED}
     try:
         pinned = parse_manifest(manifest) if isinstance(manifest, dict) else load_manifest(str(manifest))
         report = payload_identity(shape, pinned)

@@ -9,12 +9,20 @@ generations past K after a green deploy. Every change goes through the Host runn
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload import generations as payload_generations
-from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import MAX_MANIFEST_BYTES, ManifestError, manifest_digest, parse_manifest_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import manifest_label
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import (
+    MAX_MANIFEST_BYTES,
+    ManifestError,
+    manifest_digest,
+    parse_manifest,
+    parse_manifest_text,
+)
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.verify import not_whole
 
 
@@ -25,6 +33,8 @@ class SwitchError(RuntimeError):
 def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
     """The payload a shape runs: its directory, its manifest and the manifest's sha256 (which pins
     every file's size and digest), kept in the record so a rollback can tell the same payload."""
+    if isinstance(payload.get("manifest"), dict):
+        return _inline_identity(payload)
     identity: dict[str, Any] = {"dir": str(payload.get("dir") or ""), "manifest": str(payload.get("manifest") or "")}
     if identity["manifest"]:
         text = read_text(identity["manifest"], MAX_MANIFEST_BYTES)
@@ -35,6 +45,25 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
             # The generation directory holding this payload is named by the same digest.
             identity["generation"] = identity["manifest_sha256"]
     return identity
+
+
+def _inline_identity(payload: dict[str, Any]) -> dict[str, Any]:
+    """A manifest given as a mapping (kept beside the inventory, docs/plan.md): the record keeps
+    the manifest itself, as canonical JSON, and pins it by that text's sha256, so a rollback
+    checks the payload against the manifest it ran with."""
+    mapping = payload["manifest"]
+    try:
+        pinned = parse_manifest(mapping)
+    except ManifestError as exc:
+        raise SwitchError(f"payload.manifest: {exc}; fix endpoint_payload_manifest") from None
+    if int(payload.get("generations") or 0) > 0:
+        raise SwitchError(
+            "payload.manifest: a mapping, but payload generations are named by the sha256 of a manifest file on the host: "
+            "give endpoint_payload_manifest as that file's path, or set endpoint_payload_generations to 0"
+        )
+    text = json.dumps(mapping, sort_keys=True, separators=(",", ":"))
+    label = f"(inline) {manifest_label(pinned)}"
+    return {"dir": str(payload.get("dir") or ""), "manifest": label, "manifest_sha256": manifest_digest(text), "manifest_text": text}
 
 
 def retain_payloads(payload: dict[str, Any], serving: str | None, host: Host) -> dict[str, Any]:
@@ -95,7 +124,8 @@ def check_payload(record: dict[str, Any]) -> None:
     manifest_path = payload.get("manifest")
     if not manifest_path or not payload.get("manifest_sha256"):
         return
-    text = read_text(manifest_path, MAX_MANIFEST_BYTES)
+    # An inline manifest is in the record itself; a manifest file is read where it lives.
+    text = payload["manifest_text"] if isinstance(payload.get("manifest_text"), str) else read_text(manifest_path, MAX_MANIFEST_BYTES)
     now = manifest_digest(text) if text is not None else None
     if now != payload["manifest_sha256"]:
         raise SwitchError(

@@ -32,6 +32,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.budget import kv_l
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.geometry import MAX_CONFIG_BYTES, check_hf_config, geometry_mapping
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.gguf_header import GGUFError, GGUFHeader, parse_prefix, read_model
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.hub_client import MAX_FILE_BYTES, HubClient, HubError
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.identity import closest_name
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
 
 INITIAL_PREFIX = 256 << 10  # a small model's whole header; a 150,000-token vocabulary needs a few MiB
@@ -442,17 +443,52 @@ def price_from_hub(
         raise HubPricingError(f"{repo_id}@{revision}: cannot resolve the revision: {exc}", exc.status) from None
     ranges = HubRanges(client, repo_id, commit, revision, repo_type, max_total_bytes)
     try:
-        if model_file.endswith(".gguf"):
-            keys = _gguf_shape_keys(GGUFHeaders(ranges, initial_prefix), model_file, projector, drafter)
-            model_format = "gguf"
-        else:
-            if projector or drafter:
-                raise HubPricingError(f"{repo_id}@{revision}: projector and drafter are GGUF files of a llama.cpp shape; {model_file} is a Hugging Face model")
-            keys = _hf_shape_keys(ranges, model_file.rstrip("/") or ".", weights_files)
-            model_format = "safetensors"
+        keys, model_format = _read_shape_keys(ranges, model_file, projector, drafter, weights_files, initial_prefix)
+    except HubPricingError as exc:
+        if exc.status != 404:
+            raise
+        raise _misnamed(client, ranges, {"model_file": model_file, "projector": projector, "drafter": drafter}) or exc from None
     finally:
         ranges.close()
     return HubPricing(repo_id, revision, commit, model_format, keys, list(ranges.reads.values()), time.monotonic() - started)
+
+
+def _read_shape_keys(
+    ranges: HubRanges, model_file: str, projector: str | None, drafter: str | None, weights_files: list[str] | None, initial_prefix: int
+) -> tuple[dict[str, Any], str]:
+    """The shape keys and the model's format: a GGUF's headers, or a Hugging Face model's config and
+    safetensors headers."""
+    if model_file.endswith(".gguf"):
+        return _gguf_shape_keys(GGUFHeaders(ranges, initial_prefix), model_file, projector, drafter), "gguf"
+    if projector or drafter:
+        where = f"{ranges.repo_id}@{ranges.revision}"
+        raise HubPricingError(f"{where}: projector and drafter are GGUF files of a llama.cpp shape; {model_file} is a Hugging Face model")
+    return _hf_shape_keys(ranges, model_file.rstrip("/") or ".", weights_files), "safetensors"
+
+
+def _misnamed(client: HubClient, ranges: HubRanges, names: dict[str, str | None]) -> HubPricingError | None:
+    """After a 404: the shape key whose file the repo lacks, with the closest name its tree holds
+    (one listing of the tree at the pinned commit), or None where the listing cannot say more."""
+    try:
+        files = {entry["path"] for entry in client.list_tree(ranges.repo_id, ranges.commit, ranges.repo_type)}
+    except HubError:
+        return None
+    directories = {posixpath.dirname(path) or "." for path in files if posixpath.basename(path) == "config.json"}
+    for key, path in names.items():
+        if not path:
+            continue
+        if path.endswith(".gguf"):
+            if path in files:
+                continue
+            closest = closest_name(path, files)
+        else:  # a Hugging Face model: a directory holding config.json, or that file
+            directory = posixpath.dirname(path) if posixpath.basename(path) == "config.json" else path.rstrip("/") or "."
+            if posixpath.normpath(directory) in directories:
+                continue
+            closest = closest_name(path, files | directories)
+        hint = f"; did you mean {closest!r}?" if closest else f"; it holds {len(files)} files, none close to it"
+        return HubPricingError(f"{key}: {path} is not in the repo at this revision (HTTP 404){hint} (repo {ranges.where})", 404)
+    return None
 
 
 def fill_shape(shape: dict[str, Any], shape_keys: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,10 @@ DIRECTORY = "directory"
 # A name this close to a manifest path is offered as "did you mean" (difflib's ratio, 0..1).
 CLOSE_MATCH_CUTOFF = 0.6
 
+# What the budget says when no manifest reached it: none is set, or it is a file on the host and
+# the budget ran on the controller (which then says where the manifest is and how to check it).
+UNCHECKED = "not checked here (the budget read no manifest)"
+
 
 @dataclass(frozen=True)
 class PayloadName:
@@ -116,6 +120,12 @@ def _closest(path: str, candidates: Iterable[str]) -> str | None:
     by_name = {posixpath.basename(candidate): candidate for candidate in pool}
     named = difflib.get_close_matches(posixpath.basename(path), sorted(by_name), n=1, cutoff=CLOSE_MATCH_CUTOFF)
     return by_name[named[0]] if named else None
+
+
+def closest_name(path: str, candidates: Iterable[str]) -> str | None:
+    """The candidate nearest to `path` (by the whole path, else by its file name), or None: the
+    "did you mean" of a name the manifest, or the Hub's tree, does not hold."""
+    return _closest(path, candidates)
 
 
 def _normalise(name: PayloadName) -> str | Mismatch:
