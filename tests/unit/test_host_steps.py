@@ -76,7 +76,8 @@ def test_ensure_unit_in_check_mode_reports_and_mutates_nothing(dirs, tmp_path):
     assert result["changed"] and "ExecStart=" in result["diff"]["after"]
     assert host.actions == [f"write {tmp_path}/units/{UNIT} (mode 0644)"]
     assert not (tmp_path / "units").exists()
-    assert runner.calls == []
+    # Only reads: systemd's own view of the unit's drop-ins (DropInPaths, FragmentPath).
+    assert all(argv[:2] == [SYSTEMCTL, "show"] for argv in runner.calls), runner.calls
 
 
 def test_a_failing_start_carries_the_journal(dirs):
