@@ -95,7 +95,10 @@ def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dic
     unit = params["unit"]
     unit_dir = str(unit.get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
     archive = archive_dir(os.path.dirname(os.path.normpath(params["record_dir"])))
-    units = [retire_unit(str(name), host, unit_dir, archive) for name in params.get("retire_units") or []]
+    listed = [str(name) for name in params.get("retire_units") or []]
+    if str(unit["name"]) in listed:
+        raise StepError(f"retire_units: {unit['name']} is this endpoint's own unit; list only the units it replaces", {"changed": False})
+    units = [retire_unit(name, host, unit_dir, archive) for name in listed]
     result: dict[str, Any] = {"changed": any(u["changed"] for u in units), "units": units, "swap": runtime_swap(previous, record["shape"])}
     if result["swap"]:
         result["archived_to"] = archive_copy(host, os.path.join(unit_dir, str(unit["name"])), archive)

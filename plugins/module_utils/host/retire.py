@@ -4,10 +4,16 @@
 than deleted" (the seeds), so a cutover can be undone.
 
 A retired unit is stopped, disabled, its file (and its NAME.d drop-ins) moved to a dated archive
-directory, and masked, so nothing starts it again by accident. Restoring it is:
+directory, and masked, so nothing starts it again by accident. A retired endpoint's firewall goes
+with it: its nftables table `inet llm_fleet_ENDPOINT` is deleted (its drop rule would go on
+dropping, on a port the endpoint no longer serves, the clients a new endpoint there admits) and its
+rules file `/etc/llm-fleet/ENDPOINT.nft` moves to the same archive. Restoring it is:
 
     systemctl unmask NAME && mv ARCHIVE/NAME ARCHIVE/NAME.d /etc/systemd/system/ \\
+      && mv ARCHIVE/ENDPOINT.nft /etc/llm-fleet/ \\
       && systemctl daemon-reload && systemctl enable --now NAME
+
+(the unit loads the table again before its start).
 
 A runtime or launch swap of an endpoint (llama.cpp native -> vLLM in podman, say) keeps the unit's
 name but not what it runs: a copy of the old unit file goes to the same archive before the new one
@@ -22,6 +28,7 @@ import time
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host import firewall
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, UnitManager
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
@@ -34,18 +41,20 @@ def archive_dir(state_dir: str, when: float | None = None) -> str:
     return os.path.join(state_dir, "archive", time.strftime("%Y%m%d-%H%M%S", time.gmtime(when)))
 
 
-def retire_unit(name: str, host: Host, unit_dir: str, archive: str) -> dict[str, Any]:
-    """Stop, disable, archive and mask one unit; nothing when it is gone or already masked."""
+def retire_unit(name: str, host: Host, unit_dir: str, archive: str, firewall_dir: str | None = None) -> dict[str, Any]:
+    """Stop, disable, archive and mask one unit, and retire its endpoint's firewall; nothing when
+    it is gone, or masked with no firewall left (a unit retired before firewalls were, keeps none)."""
     if not _RETIRE_NAME_RE.match(name) or ".." in name:
         raise StepError(f"retire_units: {name!r} is not a service unit name (NAME.service, no '/')", {"changed": False})
     path = os.path.join(unit_dir, name)
     result: dict[str, Any] = {"unit": name, "changed": False}
+    endpoint = name.rsplit(".", 1)[0]
     if os.path.islink(path) and os.readlink(path) == "/dev/null":
         result["state"] = "masked"
-        return result
+        return _with_firewall(result, retire_firewall(endpoint, host, archive, firewall_dir))
     if not os.path.isfile(path):
         result["state"] = "absent"
-        return result
+        return _with_firewall(result, retire_firewall(endpoint, host, archive, firewall_dir))
     manager = UnitManager(host)
     try:
         manager.systemctl("stop", name)
@@ -59,7 +68,37 @@ def retire_unit(name: str, host: Host, unit_dir: str, archive: str) -> dict[str,
     except GateError as exc:
         raise StepError(f"retiring {name}: {exc}", {**result, "changed": True}) from None
     result.update(changed=True, state="retired", archived_to=os.path.join(archive, name))
+    return _with_firewall(result, retire_firewall(endpoint, host, archive, firewall_dir))
+
+
+def _with_firewall(result: dict[str, Any], retired: dict[str, Any] | None) -> dict[str, Any]:
+    if retired:
+        result.update(changed=True, firewall=retired)
     return result
+
+
+def retire_firewall(endpoint: str, host: Host, archive: str, directory: str | None = None) -> dict[str, Any] | None:
+    """A retired endpoint's nftables table deleted and its rules file (one the collection wrote,
+    by its header) moved into the archive beside the unit; None when it had neither. Only the
+    table of that name (`inet llm_fleet_ENDPOINT`, the collection's own) is touched."""
+    path = firewall.firewall_path(endpoint, directory or firewall.FIREWALL_DIR)
+    table = firewall.table_name(endpoint)
+    nft = firewall.nft_binary()
+    live = os.path.exists(nft) and host.query([nft, "list", "table", "inet", table])[0] == 0
+    text = read_text(path, 1 << 16)
+    own_file = text is not None and text.startswith(firewall.GENERATED_HEADER)
+    if not live and not own_file:
+        return None
+    retired: dict[str, Any] = {"table": f"inet {table}", "table_deleted": live}
+    if live:
+        rc, _out, err = host.change([nft, "delete", "table", "inet", table])
+        if rc != 0:
+            raise StepError(f"retiring {endpoint}'s firewall: nft could not delete table inet {table}: {err.strip()}", {"changed": True})
+    if own_file:
+        host.makedirs(archive, mode=0o700)
+        retired["file_archived_to"] = os.path.join(archive, os.path.basename(path))
+        host.move(path, retired["file_archived_to"])
+    return retired
 
 
 def runtime_swap(previous: dict[str, Any] | None, shape: dict[str, Any]) -> str:
