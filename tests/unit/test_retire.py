@@ -4,6 +4,7 @@ inventory renamed is found from the kept records and retired without being liste
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -103,3 +104,83 @@ def test_an_endpoint_cannot_retire_its_own_unit(tmp_path):
     params = {"unit": unit(tmp_path), "record_dir": str(tmp_path / "state" / "frank-new"), "retire_units": ["frank-new.service"]}
     with pytest.raises(StepError, match=r"retire_units: frank-new.service is this endpoint's own unit"):
         deploy_endpoint(params, Host(FakeRunner()), diff=False)
+
+
+# --- a renamed endpoint's old unit, found from the kept records ----------------------------------
+
+HEADER = "# Managed by frank.llm_fleet.systemd_root_unit; local edits are replaced on the next deploy.\n"
+
+
+def kept_endpoint(tmp_path, name, port, header=True, record=True):
+    """An endpoint the collection deployed earlier: its unit file (with the collection's header or
+    without it) and its kept record under the state directory."""
+    units = tmp_path / "units"
+    units.mkdir(exist_ok=True)
+    (units / f"{name}.service").write_text((HEADER if header else "") + "[Service]\nExecStart=/usr/bin/llama-server\n")
+    if record:
+        directory = tmp_path / "state" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        kept = {"shape": {"port": port, "served_id": name}, "unit": {"name": f"{name}.service", "health": {"port": port}}, "engine": None}
+        (directory / "last-good.json").write_text(json.dumps(kept))
+
+
+def renamed_params(tmp_path, **extra):
+    return {"unit": unit(tmp_path, "frank-zealot.service"), "shape": {"port": 7771}, "record_dir": str(tmp_path / "state" / "frank-zealot"), **extra}
+
+
+def test_a_renamed_endpoints_old_unit_is_found_by_its_port_and_retired_without_being_listed(tmp_path):
+    kept_endpoint(tmp_path, "frank-secondary", 7771)  # the old name, on the port the new one serves
+    kept_endpoint(tmp_path, "frank-primary", 7770)  # another endpoint of this host: left alone
+    runner = FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})
+    retire = deploy_endpoint(renamed_params(tmp_path), Host(runner), diff=False)["steps"]["retire"]
+    [retired] = retire["units"]
+    assert retired["unit"] == "frank-secondary.service" and retired["state"] == "retired"
+    assert "serves port 7771, this endpoint's" in retired["found"] and "state/frank-secondary/last-good.json" in retired["found"]
+    assert retired["archived_to"].startswith(str(tmp_path / "state" / "archive"))
+    assert [SYSTEMCTL, "mask", "frank-secondary.service"] in runner.calls
+    assert not [argv for argv in runner.calls if "frank-primary.service" in argv]
+    assert (tmp_path / "units" / "frank-primary.service").is_file() and "orphans" not in retire
+    # The record of the old name stays: rollbacks and the OpenWebUI re-key read it.
+    assert (tmp_path / "state" / "frank-secondary" / "last-good.json").is_file()
+    # Masked now: the next deploy finds nothing to retire.
+    (tmp_path / "units" / "frank-secondary.service").symlink_to("/dev/null")
+    again = deploy_endpoint(renamed_params(tmp_path), Host(FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})), diff=False)["steps"]["retire"]
+    assert again["units"] == [] and not again["changed"]
+
+
+def test_check_mode_shows_the_renamed_unit_it_would_retire(tmp_path):
+    kept_endpoint(tmp_path, "frank-secondary", 7771)
+    host = Host(FakeRunner({(SYSTEMCTL, "show"): [RUNNING]}), check_mode=True)
+    retire = deploy_endpoint(renamed_params(tmp_path), host, diff=False)["steps"]["retire"]
+    assert retire["changed"] and retire["units"][0]["unit"] == "frank-secondary.service" and retire["units"][0]["found"]
+    assert any(action.startswith(f"move {tmp_path}/units/frank-secondary.service ") for action in host.actions)
+    assert (tmp_path / "units" / "frank-secondary.service").is_file() and not (tmp_path / "state" / "archive").exists()
+
+
+@pytest.mark.parametrize(
+    ("case", "header", "record"),
+    [("a unit the collection did not write (no header)", False, True), ("a unit no kept record names", True, False)],
+)
+def test_a_unit_the_collection_did_not_write_or_keep_is_never_retired(tmp_path, case, header, record):
+    kept_endpoint(tmp_path, "frank-secondary", 7771, header=header, record=record)
+    if not record:  # a record of another name that points elsewhere does not make it ours either
+        kept_endpoint(tmp_path, "frank-other", 7771, record=True)
+        (tmp_path / "units" / "frank-other.service").unlink()
+    runner = FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})
+    retire = deploy_endpoint(renamed_params(tmp_path), Host(runner), diff=False)["steps"]["retire"]
+    assert retire["units"] == [], case
+    assert not [argv for argv in runner.calls if "frank-secondary.service" in argv], case
+
+
+def test_an_orphan_on_another_port_is_reported_when_the_hosts_units_are_given_and_retire_renamed_can_be_off(tmp_path):
+    kept_endpoint(tmp_path, "frank-secondary", 7771)
+    kept_endpoint(tmp_path, "frank-gone", 7790)  # no endpoint of the inventory names it any more
+    kept_endpoint(tmp_path, "frank-primary", 7770)
+    off = deploy_endpoint(renamed_params(tmp_path, retire_renamed=False), Host(FakeRunner()), diff=False)["steps"]["retire"]
+    assert off["units"] == [] and (tmp_path / "units" / "frank-secondary.service").is_file()
+    result = deploy_endpoint(renamed_params(tmp_path, host_units=["frank-zealot.service", "frank-primary.service"]), Host(FakeRunner()), diff=False)
+    retire = result["steps"]["retire"]
+    assert [u["unit"] for u in retire["units"]] == ["frank-secondary.service"]
+    assert [o["unit"] for o in retire["orphans"]] == ["frank-gone.service"]
+    assert any("frank-gone.service" in w and "endpoint_retired_units" in w for w in result["warnings"])
+    assert (tmp_path / "units" / "frank-gone.service").is_file()

@@ -42,7 +42,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records impor
     read_record,
     write_record,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import archive_copy, archive_dir, retire_unit, runtime_swap
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import archive_copy, archive_dir, renamed_units, retire_unit, runtime_swap
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
@@ -98,12 +98,31 @@ def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dic
     listed = [str(name) for name in params.get("retire_units") or []]
     if str(unit["name"]) in listed:
         raise StepError(f"retire_units: {unit['name']} is this endpoint's own unit; list only the units it replaces", {"changed": False})
-    units = [retire_unit(name, host, unit_dir, archive) for name in listed]
+    renamed, orphans = _renamed(params, unit_dir, listed)
+    units = [retire_unit(name, host, unit_dir, archive) for name in listed + [found["unit"] for found in renamed]]
+    for retired, found in zip(units[len(listed) :], renamed):
+        retired["found"] = found["why"]
     result: dict[str, Any] = {"changed": any(u["changed"] for u in units), "units": units, "swap": runtime_swap(previous, record["shape"])}
+    if orphans:
+        result["orphans"] = orphans
     if result["swap"]:
         result["archived_to"] = archive_copy(host, os.path.join(unit_dir, str(unit["name"])), archive)
         result["changed"] = result["changed"] or bool(result["archived_to"])
     return result
+
+
+def _renamed(params: dict[str, Any], unit_dir: str, listed: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A renamed endpoint's old unit, found from the kept records (retire.renamed_units) unless
+    `retire_renamed` is off; units the inventory already lists are retired as listed."""
+    if params.get("retire_renamed") is False:
+        return [], []
+    unit = params["unit"]
+    port = (params.get("shape") or {}).get("port") or (unit.get("health") or {}).get("port")
+    record_dir = os.path.normpath(params["record_dir"])
+    renamed, orphans = renamed_units(
+        os.path.dirname(record_dir), record_dir, str(unit["name"]), int(port) if port else None, unit_dir, params.get("host_units")
+    )
+    return [found for found in renamed if found["unit"] not in listed], [found for found in orphans if found["unit"] not in listed]
 
 
 def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe = run_probe) -> dict[str, Any]:
@@ -139,6 +158,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         with _payload_refusals():
             record["payload"] = payload_deployed.payload_identity(params["payload"])
     retire_result = _retire(params, previous, record, host)
+    warnings += [f"{orphan['unit']}: {orphan['why']}; list it in endpoint_retired_units to retire it" for orphan in retire_result.get("orphans", [])]
     payload_result: dict[str, Any] | None = None
     try:
         if (record.get("payload") or {}).get("generation"):

@@ -22,18 +22,24 @@ replaces it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import firewall
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import MAX_RECORD_BYTES, RECORD_FILE
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, UnitManager
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 _RETIRE_NAME_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+# The first line of every unit file systemd_unit.render_unit writes: how discovery knows a unit
+# is the collection's own.
+UNIT_HEADER = "# Managed by frank.llm_fleet.systemd_root_unit"
 
 
 def archive_dir(state_dir: str, when: float | None = None) -> str:
@@ -119,3 +125,92 @@ def archive_copy(host: Host, unit_path: str, archive: str) -> str:
     target = os.path.join(archive, os.path.basename(unit_path))
     host.write(target, text, 0o644, dir_mode=0o700)
     return target
+
+
+# --- an endpoint the inventory renamed: its old unit, found from the kept records -----------------
+
+
+@dataclass(frozen=True)
+class Found:
+    unit: str
+    record: str  # the kept record that names it
+    port: int | None
+
+    def as_dict(self, why: str) -> dict[str, Any]:
+        return {"unit": self.unit, "record": self.record, "port": self.port, "why": why}
+
+
+def _kept_records(state_dir: str, own_record_dir: str) -> list[tuple[str, dict[str, Any]]]:
+    """(path, record) of every other endpoint's last-known-good record under the state directory.
+    Read only: a record that does not parse is skipped (its own endpoint's deploy handles it)."""
+    found = []
+    try:
+        names = sorted(os.listdir(state_dir))
+    except OSError:
+        return []
+    for name in names:
+        directory = os.path.join(state_dir, name)
+        if name == "archive" or os.path.normpath(directory) == os.path.normpath(own_record_dir):
+            continue
+        path = os.path.join(directory, RECORD_FILE)
+        try:
+            record = json.loads(read_text(path, MAX_RECORD_BYTES) or "null")
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("unit"), dict):
+            found.append((path, record))
+    return found
+
+
+def _record_port(record: dict[str, Any]) -> int | None:
+    shape = record.get("shape") if isinstance(record.get("shape"), dict) else {}
+    health = record["unit"].get("health") if isinstance(record["unit"].get("health"), dict) else {}
+    for value in (shape.get("port"), health.get("port")):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def collection_units(state_dir: str, own_record_dir: str, unit_dir: str) -> list[Found]:
+    """Units this collection wrote and still has installed, other than the deploying endpoint's:
+    each named by a kept record under the state directory, its file in unit_dir (not masked) and
+    starting with the collection's header. Nothing else is ever a candidate for retirement."""
+    found = []
+    for path, record in _kept_records(state_dir, own_record_dir):
+        name = str(record["unit"].get("name") or "")
+        if not _RETIRE_NAME_RE.match(name) or ".." in name:
+            continue
+        if os.path.normpath(str(record["unit"].get("unit_dir") or unit_dir)) != os.path.normpath(unit_dir):
+            continue
+        unit_path = os.path.join(unit_dir, name)
+        if os.path.islink(unit_path) or not os.path.isfile(unit_path):
+            continue
+        if not (read_text(unit_path, 1 << 20) or "").startswith(UNIT_HEADER):
+            continue
+        found.append(Found(name, path, _record_port(record)))
+    return found
+
+
+def renamed_units(
+    state_dir: str, own_record_dir: str, own_unit: str, port: int | None, unit_dir: str, host_units: list[str] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(to retire, to report): the units the collection wrote for endpoints this host's inventory
+    no longer names.
+
+    To retire: a collection unit whose kept record serves this endpoint's port. One port on one
+    host serves one endpoint (the preflight refuses two), so it is the old name of a renamed
+    endpoint; left running it would hold the port (the port gate would refuse the new unit) and
+    race the new one for it at every boot. To report: with `host_units` (every endpoint unit the
+    inventory places on this host), a collection unit on another port that none of them names."""
+    retire, report = [], []
+    named = set(host_units or [])
+    for unit in collection_units(state_dir, own_record_dir, unit_dir):
+        if unit.unit == own_unit or unit.unit in named:
+            continue
+        if port is not None and unit.port == port:
+            retire.append(unit.as_dict(f"its kept record {unit.record} serves port {port}, this endpoint's: an old name of it"))
+        elif host_units is not None:
+            report.append(unit.as_dict(f"its kept record {unit.record} names it, and no endpoint of the inventory on this host does"))
+    return retire, report
