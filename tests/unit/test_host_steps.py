@@ -447,3 +447,23 @@ def test_a_container_whose_conmon_died_is_never_green(tmp_path):
 
 def test_a_container_under_its_live_conmon_is_green(tmp_path):
     assert container_wait(tmp_path, conmon_alive=True)().healthy
+
+
+def test_the_health_report_says_when_the_gate_first_looked_and_when_it_went_green(tmp_path):
+    # A fault test lines the gate's looks up against the fault it caused (the dead-conmon window):
+    # the wall-clock time of the first look, why it was not green, and the time it went green.
+    proc = tmp_path / "proc"
+    fake_process(proc, ENGINE_PID, CGROUP, "/usr/bin/llama-server --port 7771", started_s=200, ppid=CONMON_PID)
+    fake_process(proc, CONMON_PID, CGROUP, "/usr/bin/conmon --api-version 1 -n lab", started_s=199)
+    script = {
+        (SYSTEMCTL, "show"): [ACTIVE],
+        ("/usr/bin/ss",): [(0, "", ""), (0, "", ""), ss_listening(PORT, ENGINE_PID)],
+        ("/usr/bin/podman", "inspect"): [(0, f"{ENGINE_PID} {CONMON_PID} running\n", "")],
+    }
+    clock = FakeClock()
+    walls = iter([1000.25, 1001.5])
+    manager = UnitManager(Host(FakeRunner(script)), proc=str(proc))
+    health = HealthSpec(port=PORT, served_id="lab", timeout=10, container="lab")
+    report = wait_healthy(manager, UNIT, health, 100.0, 0, clock=clock, sleep=clock.sleep, get=engine_answers(), wall=lambda: next(walls)).as_dict()
+    assert (report["first_check_at"], report["healthy_at"], report["checks"]) == (1000.25, 1001.5, 3)
+    assert report["first_reason"] == f"nothing listens on port {PORT} yet"

@@ -36,6 +36,12 @@ class HealthReport:
     n_restarts: int = 0
     active_state: str = ""
     elapsed_s: float = 0.0
+    # Wall-clock times (seconds since the epoch) of the gate's first look at the engine and of
+    # the look that found it green: what a fault test lines up against the fault it caused.
+    first_check_at: float = 0.0
+    healthy_at: float = 0.0
+    checks: int = 0  # how many times the gate looked
+    first_reason: str = ""  # why the first look was not green ("" when it was)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +54,10 @@ class HealthReport:
             "n_restarts": self.n_restarts,
             "active_state": self.active_state,
             "elapsed_s": round(self.elapsed_s, 2),
+            "first_check_at": round(self.first_check_at, 3),
+            "healthy_at": round(self.healthy_at, 3),
+            "checks": self.checks,
+            "first_reason": self.first_reason,
         }
 
 
@@ -101,12 +111,16 @@ def wait_healthy(
     sleep: Callable[[float], None] = time.sleep,
     get: HttpGet = http_get,
     post: HttpPost = http_post_unkeyed,
+    wall: Callable[[], float] = time.time,
 ) -> HealthReport:
     deadline = clock() + health.timeout
     begun = clock()
     last_reason = "not checked yet"
     report = HealthReport(False)
     while True:
+        report.checks += 1
+        if report.checks == 1:
+            report.first_check_at = wall()
         props = manager.show(unit)
         report.main_pid = int(props.get("MainPID", "0") or 0)
         report.n_restarts = int(props.get("NRestarts", "0") or 0)
@@ -121,10 +135,13 @@ def wait_healthy(
             if reason is None:
                 _refuse_keyless_paths(manager, unit, health, report, post)
                 report.healthy = True
+                report.healthy_at = wall()
                 return report
             last_reason = reason
         else:
             last_reason = f"unit is {report.active_state}/{props.get('SubState', '')}"
+        if report.checks == 1:
+            report.first_reason = last_reason
         if clock() > deadline:
             raise _fail(manager, unit, f"{unit} not healthy after {health.timeout:.0f} s: {last_reason}", report)
         sleep(health.interval)
