@@ -32,11 +32,13 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_secr
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ensure_engine
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import check_published, ensure_firewall, firewall_from
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import engine_uid_of, free_engine_uid
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.probe import run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import (
     MAX_RECORD_BYTES,
     RECORD_FILE,
     generation_files,
+    kept_records,
     list_generations,
     push_generation,
     read_record,
@@ -111,6 +113,37 @@ def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dic
     return result
 
 
+def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None) -> None:
+    """A container engine may not run as the UID of another engine installed on this host (by
+    the other endpoints' kept records, whose units are still installed): engine_uid hashes names
+    into 20,000 UIDs, and two engines sharing one could read each other's /proc/PID/environ (the
+    API key) and caches. Refused naming both and a free UID to give one of them."""
+    if not engine or not engine.get("name"):
+        return
+    name, user = str(engine["name"]), str(engine.get("user") or "")
+    mine = engine_uid_of(name, user)
+    unit_dir = str(params["unit"].get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
+    record_dir = os.path.normpath(params["record_dir"])
+    others = {}
+    for path, kept in kept_records(os.path.dirname(record_dir), record_dir):
+        other = kept.get("engine") if isinstance(kept.get("engine"), dict) else {}
+        unit_path = os.path.join(unit_dir, str(kept["unit"].get("name") or ""))
+        if other.get("name") and other["name"] != name and os.path.isfile(unit_path) and not os.path.islink(unit_path):
+            others[str(other["name"])] = (str(other.get("user") or ""), path)
+    clash = next((other for other, (their_user, _path) in others.items() if engine_uid_of(other, their_user) == mine), None)
+    if mine is None or clash is None:
+        return
+    taken = {uid for uid in (engine_uid_of(other, their_user) for other, (their_user, _p) in others.items()) if uid is not None}
+    free = free_engine_uid(taken | {mine}, name)
+    setting = "the user it is given (endpoint_container.user)" if user else "the UID its name hashes to (engine_uid)"
+    raise StepError(
+        f"endpoint_container.user: {name} would run as UID {mine}, {setting}, which {clash} (kept record {others[clash][1]}) "
+        f"already runs as on this host: engines sharing a UID can read each other's /proc/PID/environ (the API key) and caches; "
+        f"give one of them a UID of its own, e.g. endpoint_container.user: '{free}:{free}'",
+        {"changed": False},
+    )
+
+
 def _renamed(params: dict[str, Any], unit_dir: str, listed: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A renamed endpoint's old unit, found from the kept records (retire.renamed_units) unless
     `retire_renamed` is off; units the inventory already lists are retired as listed."""
@@ -147,6 +180,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     endpoint = str(unit["name"]).rsplit(".", 1)[0]
     firewall = firewall_from(endpoint, params.get("firewall"))
     check_published(firewall, engine)  # before anything on the host changes
+    check_engine_uid(params, engine)
     firewall_result = ensure_firewall(endpoint, firewall, host, diff)
     unit = unit_with_firewall(unit, firewall_result.pop("pre_start", None))
     record = {"shape": params.get("shape") or {}, "engine": without_secrets(engine) or None, "unit": without_secrets(unit)}

@@ -22,7 +22,6 @@ replaces it.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -31,7 +30,7 @@ from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import firewall
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import MAX_RECORD_BYTES, RECORD_FILE
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import kept_records
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, UnitManager
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
@@ -140,28 +139,6 @@ class Found:
         return {"unit": self.unit, "record": self.record, "port": self.port, "why": why}
 
 
-def _kept_records(state_dir: str, own_record_dir: str) -> list[tuple[str, dict[str, Any]]]:
-    """(path, record) of every other endpoint's last-known-good record under the state directory.
-    Read only: a record that does not parse is skipped (its own endpoint's deploy handles it)."""
-    found = []
-    try:
-        names = sorted(os.listdir(state_dir))
-    except OSError:
-        return []
-    for name in names:
-        directory = os.path.join(state_dir, name)
-        if name == "archive" or os.path.normpath(directory) == os.path.normpath(own_record_dir):
-            continue
-        path = os.path.join(directory, RECORD_FILE)
-        try:
-            record = json.loads(read_text(path, MAX_RECORD_BYTES) or "null")
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and isinstance(record.get("unit"), dict):
-            found.append((path, record))
-    return found
-
-
 def _record_port(record: dict[str, Any]) -> int | None:
     shape = record.get("shape") if isinstance(record.get("shape"), dict) else {}
     health = record["unit"].get("health") if isinstance(record["unit"].get("health"), dict) else {}
@@ -178,7 +155,7 @@ def collection_units(state_dir: str, own_record_dir: str, unit_dir: str) -> list
     each named by a kept record under the state directory, its file in unit_dir (not masked) and
     starting with the collection's header. Nothing else is ever a candidate for retirement."""
     found = []
-    for path, record in _kept_records(state_dir, own_record_dir):
+    for path, record in kept_records(state_dir, own_record_dir):
         name = str(record["unit"].get("name") or "")
         if not _RETIRE_NAME_RE.match(name) or ".." in name:
             continue
