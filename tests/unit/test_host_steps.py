@@ -213,6 +213,17 @@ def test_rollback_branches(tmp_path, dirs, case, previous, start_answers, probe,
     assert sum(1 for action in failure.value.result["actions"] if action == f"{SYSTEMCTL} start {UNIT}") == starts, case
 
 
+def test_a_new_shape_refused_before_the_host_changed_leaves_the_serving_engine_alone(tmp_path, dirs):
+    # A value refused by its own check (here a control character in the unit's description) fails
+    # before anything is written or run: no rollback restart cuts the engine that serves.
+    deploy(tmp_path, dirs, "old", [OK])
+    with pytest.raises(StepError, match=r"description: control characters .* \(nothing on the host changed: the last-known-good shape serves on") as failure:
+        deploy(tmp_path, dirs, "new\nExecStartPre=/bin/true", [OK])
+    assert failure.value.result["rolled_back"] is False and failure.value.result["changed"] is False
+    assert failure.value.result["actions"] == []
+    assert installed_description(dirs) == "Description=old\n"
+
+
 def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
     _runner, first = deploy(tmp_path, dirs, "new", [OK], probe=lambda _p: "hello there")
     steps = first["steps"]

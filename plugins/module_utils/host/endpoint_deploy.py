@@ -194,6 +194,9 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     retire_result = _retire(params, previous, record, host)
     warnings += [f"{orphan['unit']}: {orphan['why']}; list it in endpoint_retired_units to retire it" for orphan in retire_result.get("orphans", [])]
     payload_result: dict[str, Any] | None = None
+    # What the host had been given before the new shape's steps: a step that fails having changed
+    # nothing (a value refused by its own check) leaves the serving engine as it was.
+    changes_before = len(host.actions)
     try:
         if (record.get("payload") or {}).get("generation"):
             # Just before the restart: the engine's next start reads the new generation.
@@ -217,6 +220,13 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
             failure.result.setdefault("rolled_back", False)
             failure.result.setdefault("actions", host.actions)
             raise
+        if len(host.actions) == changes_before:
+            # Refused before it changed anything: the last-known-good engine still serves, untouched;
+            # a rollback would only restart it.
+            raise StepError(
+                f"{failure} (nothing on the host changed: the last-known-good shape serves on, not restarted)",
+                {**failure.result, "rolled_back": False, "changed": False, "actions": host.actions},
+            ) from None
         # The new shape (or the new secrets) failed after the host changed: bring the last-known-good one back up.
         restored = previous_secrets if previous_secrets is not None else secrets
         try:
