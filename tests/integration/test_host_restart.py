@@ -4,7 +4,7 @@ settings, port 7800, bound to the LAN with its own nftables table, the controlle
 network) is deployed, the host restarts (systemd boots again), and with no deploy the endpoint is
 back: its unit enabled and active, its table loaded again by the unit before its start, serving
 its id; the controller (allowed) connects; then a deploy changes nothing. The time from the
-restart to serving is printed.A row of the lab fault matrix (docs/lab.md); about 50 s, host2's start included."""
+restart to serving is printed. A row of the lab fault matrix (docs/lab.md); about 50 s, host2's start included."""
 
 from __future__ import annotations
 
