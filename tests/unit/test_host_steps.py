@@ -478,3 +478,25 @@ def test_the_health_report_says_when_the_gate_first_looked_and_when_it_went_gree
     report = wait_healthy(manager, UNIT, health, 100.0, 0, clock=clock, sleep=clock.sleep, get=engine_answers(), wall=lambda: next(walls)).as_dict()
     assert (report["first_check_at"], report["healthy_at"], report["checks"]) == (1000.25, 1001.5, 3)
     assert report["first_reason"] == f"nothing listens on port {PORT} yet"
+
+
+def test_a_deploy_inside_the_dead_conmon_window_waits_for_the_units_own_restart(tmp_path):
+    # conmon SIGKILLed: the orphaned engine serves on (never green), dies, `podman run` exits and
+    # systemd starts the unit again (NRestarts 0 -> 1). That one restart is the unit's own recovery,
+    # not a crash loop: the gate waits for it and goes green on the new engine, never the orphan.
+    proc = tmp_path / "proc"
+    fake_process(proc, ENGINE_PID, CGROUP, "/usr/bin/llama-server --port 7771", started_s=200, ppid=1)  # the orphan
+    fake_process(proc, 6307, CGROUP, "/usr/bin/llama-server --port 7771", started_s=300, ppid=6305)
+    fake_process(proc, 6305, CGROUP, "/usr/bin/conmon --api-version 1 -n lab", started_s=299)
+    restarted = show(ActiveState="active", SubState="running", MainPID=6300, NRestarts=1, ControlGroup=CGROUP)
+    script = {
+        (SYSTEMCTL, "show"): [ACTIVE, ACTIVE, restarted],
+        ("/usr/bin/ss",): [ss_listening(PORT, ENGINE_PID), ss_listening(PORT, ENGINE_PID), ss_listening(PORT, 6307)],
+        ("/usr/bin/podman", "inspect"): [(0, f"{ENGINE_PID} {CONMON_PID} running\n", "")] * 4 + [(0, "6307 6305 running\n", "")],
+    }
+    clock = FakeClock()
+    manager = UnitManager(Host(FakeRunner(script)), proc=str(proc))
+    health = HealthSpec(port=PORT, served_id="lab", timeout=30, container="lab", allowed_restarts=0)
+    report = wait_healthy(manager, UNIT, health, started_at=100.0, restarts_before=0, clock=clock, sleep=clock.sleep, get=engine_answers())
+    assert report.healthy and report.listener_pid == 6307 and report.n_restarts == 1 and report.conmon_died
+    assert "conmon (PID 5305) is gone" in report.first_reason
