@@ -40,6 +40,7 @@ def stand_in():
     yield
     on_host("systemctl", "revert", UNIT, check=False)
     on_host("rm", "-rf", PREFIX, CONTROL)
+    on_host("rmdir", "--ignore-fail-on-non-empty", "/etc/systemd/system.control", check=False)  # set-property made it
     on_host("systemctl", "disable", "--now", UNIT, check=False)
     on_host("rm", "-f", f"/etc/systemd/system/{UNIT}")
     on_host("systemctl", "daemon-reload")
