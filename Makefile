@@ -53,6 +53,11 @@ unit-fast: ## pytest: unit tests without the slow tier (no ansible-playbook, pro
 integration: setup lab-up ## pytest: tests against the real lab engine
 	pytest tests/integration
 
+.PHONY: fault-matrix
+# Not in `make test`: most of its rows run there already; this times every row and prints one table.
+fault-matrix: ## the lab fault matrix: each fault's lab test, timed, one table (the lab must be up; takes /tmp/lab.lock per row)
+	python tests/integration/fault_matrix.py --lock /tmp/lab.lock
+
 sanity: setup ## ansible-test sanity on the collection
 	@scripts/sanity.sh
 

@@ -160,12 +160,30 @@ options:
   retire_units:
     description:
       - Units of an old runtime to retire before this endpoint starts (the port may be theirs) -
-        stopped, disabled, the file and its drop-ins moved to C(STATE_DIR/archive/DATE/), and masked.
+        stopped, disabled, the file and its drop-ins moved to C(STATE_DIR/archive/DATE/), and masked;
+        a LAN endpoint's nftables table is deleted and its rules file archived with it.
         Restorable; see docs/engine_units.md. An endpoint whose runtime or launch changes keeps its
         unit name, and a copy of the old unit file goes to the same archive (C(steps.retire.swap)).
     type: list
     elements: str
     default: []
+  retire_renamed:
+    description:
+      - Retire, as if listed in O(retire_units), a unit this collection wrote for an endpoint the
+        inventory renamed - found from the kept records, never listed - (C(steps.retire.units[].found) says why).
+        A candidate is a unit named by another endpoint's kept record (C(STATE_DIR/*/last-good.json)),
+        installed in the unit directory with the collection's header, whose record serves this
+        endpoint's port on this host - one port serves one endpoint, so it is an old name of this one.
+        No other unit is ever retired this way. Check mode shows it.
+    type: bool
+    default: true
+  host_units:
+    description:
+      - The units of every endpoint the inventory places on this host. When given, a unit this
+        collection wrote (as above) on another port that none of them names is reported, in a
+        warning and C(steps.retire.orphans), never retired.
+    type: list
+    elements: str
   keep_generations:
     description: Known-good records kept per endpoint, the last-known-good one included (C(RECORD_DIR/generations/)).
     type: int
@@ -302,6 +320,8 @@ def main() -> None:
             "generation": {"type": "int", "default": 0},
             "keep_generations": {"type": "int", "default": 3},
             "retire_units": {"type": "list", "elements": "str", "default": []},
+            "retire_renamed": {"type": "bool", "default": True},
+            "host_units": {"type": "list", "elements": "str"},
             "payload": {
                 "type": "dict",
                 "options": {

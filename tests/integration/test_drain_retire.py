@@ -1,20 +1,26 @@
 """Deploys that never cut a client, for real on the lab host: frank-drain (frank-secondary's
 llama-server settings, one slot of 32,768 tokens, port 7794) streams a long answer while a shape
 change restarts it.
-- With the drain (endpoint_drain_timeout 120), the restart waits until the stream has finished:
+- With the drain (endpoint_drain_timeout 600), the restart waits until the stream has finished:
   the drain reports `drained` with 0 cut, and the client got every token and [DONE].
 - With a 2 s drain, the restart goes ahead: `forced`, 1 cut, and the stream ends without [DONE].
 - A description-only change rewrites the unit and reloads systemd, with the same engine process.
 - An old runtime's unit listed in endpoint_retired_units is stopped, archived, masked, and
-  restored by the documented commands."""
+  restored by the documented commands.
+
+The stream's length follows the machine (lab_stream.tokens_lasting: the engine's own decode
+timings, measured first) so it outlasts the deploy's way to its drain; a try whose stream ended
+before the drain (the drain saw nothing in flight: a precondition, not a verdict) repeats with a
+stream twice as long. The drain's timeout is far above the stream's length, so a slow machine
+drains later, never `forced`."""
 
 import json
 import re
-import subprocess
 import time
 
 import pytest
-from lab_host import HOST, env, extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, unit_property, write_endpoint_vars
+from lab_host import extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, unit_property, write_endpoint_vars
+from lab_stream import start_stream, stop_streams, tokens_lasting
 
 pytestmark = pytest.mark.lab
 
@@ -24,22 +30,28 @@ NAME = "frank-drain"
 PORT = 7794
 UNIT = f"{NAME}.service"
 OLD = "frank-drain-old.service"
-STREAM_TOKENS = 12000
+CTX = 32768
+OUT = "/tmp/frank-drain-stream.out"
+# The stream should last at least this long (the deploy reaches its drain in about 20 s on an idle
+# lab), and longer than the endpoint's first deploy took (a loaded machine deploys slower too).
+STREAM_S = 40
+TRIES = 3
+DRAIN_TIMEOUT = 600
 
 
 def remove_drain_endpoint() -> None:
-    on_host("pkill", "-f", "frank-drain-stream", check=False)
+    stop_streams(NAME, OUT)
     remove_endpoint(NAME)
     on_host("systemctl", "unmask", OLD, check=False)
     on_host("systemctl", "disable", "--now", OLD, check=False)
-    on_host("rm", "-rf", f"/etc/systemd/system/{OLD}", "/var/lib/llm-fleet/archive", "/tmp/frank-drain-stream.out", "/tmp/frank-drain-stream.sh")
+    on_host("rm", "-rf", f"/etc/systemd/system/{OLD}", "/var/lib/llm-fleet/archive")
     on_host("systemctl", "daemon-reload")
 
 
 @pytest.fixture
 def drain_inventory(tmp_path, request):
     base = {"endpoint_probe": False}
-    shape = {"ctx_size": 32768, "parallel": 1}
+    shape = {"ctx_size": CTX, "parallel": 1}
     inventory = extra_endpoint_inventory(tmp_path, NAME, PORT, endpoint_shape=shape, **base)
     request.addfinalizer(remove_drain_endpoint)
 
@@ -62,55 +74,59 @@ def deploy(tmp_path, inventory):
     return stats, steps
 
 
-def start_stream(tmp_path) -> None:
-    """A long streamed answer from the lab host itself, in the background (podman exec -d)."""
-    body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": STREAM_TOKENS, "ignore_eos": True, "stream": True})
-    script = tmp_path / "frank-drain-stream.sh"
-    script.write_text(
-        f"curl -sN -H 'Content-Type: application/json' -d '{body}' http://127.0.0.1:{PORT}/v1/chat/completions > /tmp/frank-drain-stream.out 2>&1\n"
-    )
-    subprocess.run(["podman", "cp", str(script), f"{HOST}:/tmp/frank-drain-stream.sh"], env=env(), check=True)
-    subprocess.run(["podman", "exec", "-d", HOST, "sh", "/tmp/frank-drain-stream.sh"], env=env(), check=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        metrics = on_host("curl", "-s", f"http://127.0.0.1:{PORT}/metrics", check=False)
-        if "llamacpp:requests_processing 1" in metrics:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"the stream never showed as in flight: {on_host('cat', '/tmp/frank-drain-stream.out', check=False)[-300:]}")
-
-
 def stream_output() -> str:
-    return on_host("cat", "/tmp/frank-drain-stream.out")
+    return on_host("cat", OUT)
+
+
+def restart_under_a_stream(tmp_path, inventory, write, drain_timeout: int, restart_sec: int, deploy_s: float) -> tuple[dict, int, list[str]]:
+    """A shape change (RestartSec) while a stream is in flight: (the unit step's drain, the
+    stream's tokens, what each try saw). The stream lasts about STREAM_S seconds at the engine's
+    measured speed, or 1.5 times the first deploy's time if longer; a try whose drain found nothing in flight (the stream ended first) repeats
+    with a stream twice as long, and RestartSec one more, so the deploy is a change again."""
+    seen = []
+    seconds = max(STREAM_S, round(1.5 * deploy_s))
+    for attempt in range(TRIES):
+        tokens = tokens_lasting(PORT, NAME, seconds, CTX - 64)
+        start_stream(tmp_path, NAME, PORT, tokens, OUT)
+        began = time.monotonic()
+        write(shape={"restart_sec": restart_sec + attempt}, endpoint_drain_timeout=drain_timeout)
+        _stats, steps = deploy(tmp_path, inventory)
+        drain = steps["unit"]["drain"]
+        seen.append(f"{tokens} tokens (~{seconds} s): drain {drain}, deploy {time.monotonic() - began:.1f} s")
+        if drain.get("in_flight_at_start"):
+            return drain, tokens, seen
+        seconds *= 2
+        # The short stream ended on its own; nothing of it may reach the next try's output.
+        on_host("sh", "-c", f"for i in $(seq 600); do pgrep -f '[{NAME[0]}]{NAME[1:]}-stream' >/dev/null || exit 0; sleep 0.5; done")
+    raise AssertionError(f"in {TRIES} tries every stream ended before the deploy's drain: {seen}")
 
 
 def test_the_drain_waits_for_a_stream_and_cosmetic_and_retired_units_behave(tmp_path, drain_inventory):
     inventory, write = drain_inventory
+    began = time.monotonic()
     deploy(tmp_path, inventory)
+    deploy_s = time.monotonic() - began
     assert unit_property(UNIT, "ActiveState") == "active"
 
     # A shape change (RestartSec) while a stream is in flight: the restart waits for it.
-    start_stream(tmp_path)
-    write(shape={"restart_sec": 3}, endpoint_drain_timeout=120)
-    _stats, steps = deploy(tmp_path, inventory)
-    drain = steps["unit"]["drain"]
+    drain, tokens, seen = restart_under_a_stream(tmp_path, inventory, write, DRAIN_TIMEOUT, 3, deploy_s)
+    print(f"drained restart: {seen}")
     assert drain["outcome"] == "drained" and drain["cut"] == 0 and drain["in_flight_at_start"] == 1, drain
     out = stream_output()
     assert out.rstrip().endswith("data: [DONE]"), out[-300:]
-    assert re.search(rf'"predicted_n":\s*{STREAM_TOKENS}\b', out), out[-300:]  # every token reached the client
+    assert re.search(rf'"predicted_n":\s*{tokens}\b', out), out[-300:]  # every token reached the client
 
     # A 2 s drain gives up: the restart cuts the stream, and says so.
-    start_stream(tmp_path)
-    write(shape={"restart_sec": 4}, endpoint_drain_timeout=2)
-    _stats, steps = deploy(tmp_path, inventory)
-    drain = steps["unit"]["drain"]
+    drain, _tokens, seen = restart_under_a_stream(tmp_path, inventory, write, 2, 6, deploy_s)
+    print(f"forced restart: {seen}")
     assert drain["outcome"] == "forced" and drain["cut"] == 1, drain
     time.sleep(1)
     assert "data: [DONE]" not in stream_output()
+    restart_sec = 6 + len(seen) - 1
 
     # Documentation only: the unit file and systemd change, the engine process does not.
     pid = unit_property(UNIT, "MainPID")
-    write(shape={"restart_sec": 4}, endpoint_drain_timeout=2, endpoint_description="drain test endpoint")
+    write(shape={"restart_sec": restart_sec}, endpoint_drain_timeout=2, endpoint_description="drain test endpoint")
     stats, steps = deploy(tmp_path, inventory)
     assert steps["unit"]["cosmetic"] and stats["changed"] > 0
     assert unit_property(UNIT, "MainPID") == pid
@@ -121,7 +137,7 @@ def test_the_drain_waits_for_a_stream_and_cosmetic_and_retired_units_behave(tmp_
     on_host("sh", "-c", f"printf '{old_unit}' > /etc/systemd/system/{OLD}")
     on_host("systemctl", "daemon-reload")
     on_host("systemctl", "enable", "--now", OLD)
-    write(shape={"restart_sec": 4}, endpoint_drain_timeout=2, endpoint_description="drain test endpoint", endpoint_retired_units=[OLD])
+    write(shape={"restart_sec": restart_sec}, endpoint_drain_timeout=2, endpoint_description="drain test endpoint", endpoint_retired_units=[OLD])
     _stats, steps = deploy(tmp_path, inventory)
     retired = steps["retire"]["units"][0]
     assert retired["state"] == "retired", retired

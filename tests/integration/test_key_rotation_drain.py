@@ -4,15 +4,21 @@ long answer with the old key while a deploy rotates the key. The drain reads /me
 key the running engine holds (the previous one, from the kept last-good secrets), waits for the
 stream, and only then restarts: the client gets every token and [DONE]; afterwards the old key
 gets 401 and the new one is served. Before the fix the drain read with the new key, got 401,
-reported `unknown` and restarted at once (the lab fault matrix cut a 30,000-token stream)."""
+reported `unknown` and restarted at once (the lab fault matrix cut a 30,000-token stream).
+
+The stream must outlast the rotation deploy's way to its drain: its length follows the machine
+(lab_stream.tokens_lasting, from the engine's own decode timings, for about 1.5 times the first
+deploy's time, at least 40 s), and a try whose stream ended before the drain (the drain saw
+nothing in flight: a precondition, not a verdict) rotates again, to a third key, under a stream
+twice as long."""
 
 import json
 import re
-import subprocess
 import time
 
 import pytest
-from lab_host import HOST, env, extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host
+from lab_host import extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, write_endpoint_vars
+from lab_stream import start_stream, stop_streams, tokens_lasting
 
 pytestmark = pytest.mark.lab
 
@@ -20,26 +26,23 @@ require_lab_host()
 
 NAME = "frank-rotate"
 PORT = 7801
-# Long enough to outlast the rotation deploy's way to its drain (about 20 s) on an idle machine:
-# the lab's tiny model decodes 3,000 tokens in 1.7 s but slows with depth (32,747 took 259 s), so
-# 14,000 take about 50 s. Its trained window caps a slot at 32,768 tokens.
-STREAM_TOKENS = 14_000
-CTX = 32_768
-KEY_OLD = "sk-lab-rotate-old-0123456789abcdef"
-KEY_NEW = "sk-lab-rotate-new-fedcba9876543210"
+CTX = 32_768  # the tiny model's trained window caps a slot here
+STREAM_S = 40
+TRIES = 3
+KEYS = ["sk-lab-rotate-old-0123456789abcdef", "sk-lab-rotate-new-fedcba9876543210", "sk-lab-rotate-3rd-00112233445566778", "sk-lab-rotate-4th-99aabbccddeeff00"]
 OUT = "/tmp/frank-rotate-stream.out"
+BASE = {"endpoint_probe": False, "endpoint_drain_timeout": 600}
 
 
 @pytest.fixture
 def rotate_inventory(tmp_path, request):
-    base = {"endpoint_probe": False, "endpoint_drain_timeout": 600}
     shape = {"ctx_size": CTX, "parallel": 1}
-    inventory = extra_endpoint_inventory(tmp_path, NAME, PORT, endpoint_shape=shape, endpoint_api_key=KEY_OLD, **base)
+    inventory = extra_endpoint_inventory(tmp_path, NAME, PORT, endpoint_shape=shape, endpoint_api_key=KEYS[0], **BASE)
 
     def cleanup() -> None:
-        on_host("pkill", "-f", "frank-rotate-stream", check=False)
+        stop_streams(NAME, OUT)
         remove_endpoint(NAME)
-        on_host("rm", "-f", OUT, "/tmp/frank-rotate-stream.sh", f"/etc/llm-fleet/{NAME}.last-good-secrets.json", check=False)
+        on_host("rm", "-f", f"/etc/llm-fleet/{NAME}.last-good-secrets.json", check=False)
 
     request.addfinalizer(cleanup)
     return inventory
@@ -62,42 +65,33 @@ def status_with(key: str) -> str:
 
 
 def test_a_key_rotation_waits_for_the_stream_it_would_cut(tmp_path, rotate_inventory):
-    deploy(tmp_path, rotate_inventory)
-    assert status_with(KEY_OLD) == "200"
-
-    body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": STREAM_TOKENS, "ignore_eos": True, "stream": True})
-    script = tmp_path / "frank-rotate-stream.sh"
-    script.write_text(
-        f"curl -sN -H 'Authorization: Bearer {KEY_OLD}' -H 'Content-Type: application/json' -d '{body}' "
-        f"http://127.0.0.1:{PORT}/v1/chat/completions > {OUT} 2>&1\n"
-    )
-    subprocess.run(["podman", "cp", str(script), f"{HOST}:/tmp/frank-rotate-stream.sh"], env=env(), check=True)
-    subprocess.run(["podman", "exec", "-d", HOST, "sh", "/tmp/frank-rotate-stream.sh"], env=env(), check=True)
-    deadline = time.monotonic() + 30
-    while "llamacpp:requests_processing 1" not in on_host("curl", "-s", "-H", f"Authorization: Bearer {KEY_OLD}", f"http://127.0.0.1:{PORT}/metrics"):
-        assert time.monotonic() < deadline, on_host("cat", OUT, check=False)[-300:]
-        time.sleep(0.2)
-
-    # Rotate the key while the stream runs.
-    from lab_host import write_endpoint_vars
-
-    write_endpoint_vars(
-        rotate_inventory,
-        NAME,
-        PORT,
-        endpoint_shape={"ctx_size": CTX, "parallel": 1},
-        endpoint_api_key=KEY_NEW,
-        endpoint_probe=False,
-        endpoint_drain_timeout=600,
-    )
     began = time.monotonic()
-    steps = deploy(tmp_path, rotate_inventory)
-    took = time.monotonic() - began
-    drain = steps["unit"]["drain"]
-    print(f"rotation deploy under a {STREAM_TOKENS}-token stream: {took:.1f} s, drain {drain}")
+    deploy(tmp_path, rotate_inventory)
+    seconds = max(STREAM_S, round(1.5 * (time.monotonic() - began)))
+    assert status_with(KEYS[0]) == "200"
+
+    seen = []
+    for attempt in range(TRIES):
+        old, new = KEYS[attempt], KEYS[attempt + 1]
+        tokens = tokens_lasting(PORT, NAME, seconds, CTX - 64, key=old)
+        start_stream(tmp_path, NAME, PORT, tokens, OUT, key=old)
+        # Rotate the key while the stream runs.
+        write_endpoint_vars(rotate_inventory, NAME, PORT, endpoint_shape={"ctx_size": CTX, "parallel": 1}, endpoint_api_key=new, **BASE)
+        began = time.monotonic()
+        steps = deploy(tmp_path, rotate_inventory)
+        took = time.monotonic() - began
+        drain = steps["unit"]["drain"]
+        seen.append(f"rotation deploy under a {tokens}-token stream (~{seconds} s): {took:.1f} s, drain {drain}")
+        if drain.get("in_flight_at_start"):
+            break
+        seconds *= 2  # the stream ended before the drain: nothing was tested; rotate again under a longer one
+        on_host("sh", "-c", f"for i in $(seq 600); do pgrep -f '[{NAME[0]}]{NAME[1:]}-stream' >/dev/null || exit 0; sleep 0.5; done")
+    else:
+        pytest.fail(f"in {TRIES} tries every stream ended before the rotation's drain: {seen}")
+    print("; ".join(seen))
     assert drain["outcome"] == "drained" and drain["cut"] == 0 and drain["in_flight_at_start"] == 1, drain
     out = on_host("cat", OUT)
     assert out.rstrip().endswith("data: [DONE]"), out[-300:]
-    assert re.search(rf'"predicted_n":\s*{STREAM_TOKENS}\b', out), out[-300:]  # every token reached the client
-    assert status_with(KEY_OLD) == "401" and status_with(KEY_NEW) == "200"
-    assert KEY_OLD not in json.dumps(steps) and KEY_NEW not in json.dumps(steps)
+    assert re.search(rf'"predicted_n":\s*{tokens}\b', out), out[-300:]  # every token reached the client
+    assert status_with(old) == "401" and status_with(new) == "200"
+    assert old not in json.dumps(steps) and new not in json.dumps(steps)

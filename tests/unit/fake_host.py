@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 SYSTEMCTL = "/usr/bin/systemctl"
+DROPIN_QUERY = (SYSTEMCTL, "show", "--property=DropInPaths", "--property=FragmentPath")
 
 
 class FakeRunner:
@@ -13,6 +14,9 @@ class FakeRunner:
 
     def __init__(self, script=None):
         self.script = {tuple(prefix): list(answers) for prefix, answers in (script or {}).items()}
+        # systemd's view of a unit's drop-ins (systemd_unit.DROPIN_QUERY): none, unless a test
+        # scripts it; its own prefix, so a script of `systemctl show` answers keeps its order.
+        self.script.setdefault(DROPIN_QUERY, [(0, "DropInPaths=\nFragmentPath=\n", "")])
         self.calls = []
 
     def __call__(self, argv):

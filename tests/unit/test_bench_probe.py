@@ -133,16 +133,22 @@ def test_endpoint_url_must_be_http():
 
 
 class SlotEngine(BaseHTTPRequestHandler):
-    """An engine with `slots` slots that reports them as llama.cpp does (/slots, is_processing) or
-    on /metrics (report = "metrics"), or not at all (report = "none"). A request beyond the slots
-    waits for one. Each stream's first token comes `delays[i]` seconds after it was admitted: a
-    late first token is what a busy client machine sees, while the engine serves both at once."""
+    """An engine with `slots` slots that reports them as llama.cpp does (/slots, is_processing; and
+    /metrics with the running and deferred gauges) or on /metrics only (report = "metrics"), or not
+    at all (report = "none"). A request beyond the slots waits for one (deferred). Each stream
+    decodes max_tokens tokens, `token_s` each, its first token `delays[i]` seconds after it was
+    admitted (a late first token is what a busy client machine sees, while the engine serves both
+    at once); a request that arrives while another is served reaches the engine `admit_delay`
+    seconds late (a loaded machine)."""
 
     slots = 2
     report = "slots"
     delays: ClassVar[list[float]] = []
+    token_s = 0.005
+    admit_delay = 0.0
     lock = threading.Lock()
     busy = 0
+    waiting = 0
     arrivals = 0
     free = threading.Semaphore(2)
 
@@ -152,9 +158,12 @@ class SlotEngine(BaseHTTPRequestHandler):
     def do_GET(self):
         cls = type(self)
         if self.path == "/slots" and cls.report == "slots":
-            body = json.dumps([{"id": i, "is_processing": i < cls.busy} for i in range(cls.slots)]).encode()
-        elif self.path == "/metrics" and cls.report == "metrics":
-            body = f"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing {cls.busy}\n".encode()
+            body = json.dumps([{"id": i, "n_ctx": 4096, "is_processing": i < cls.busy} for i in range(cls.slots)]).encode()
+        elif self.path == "/metrics" and cls.report in ("slots", "metrics"):
+            body = (
+                f"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing {cls.busy}\n"
+                f"# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred {cls.waiting}\n"
+            ).encode()
         else:
             self.send_response(404)
             self.end_headers()
@@ -168,23 +177,31 @@ class SlotEngine(BaseHTTPRequestHandler):
         import time
 
         cls = type(self)
-        self.rfile.read(int(self.headers["Content-Length"]))
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with cls.lock:
             index = cls.arrivals
             cls.arrivals += 1
+            late = cls.busy > 0
+        if late:
+            time.sleep(cls.admit_delay)
+        with cls.lock:
+            cls.waiting += 1
         cls.free.acquire()
         with cls.lock:
+            cls.waiting -= 1
             cls.busy += 1
+        tokens = int(request.get("max_tokens") or 10)
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             time.sleep(cls.delays[index] if index < len(cls.delays) else 0.0)
-            for i in range(10):
+            chunk = max(tokens // 10, 1)
+            for i in range(0, tokens, chunk):
                 self.wfile.write(b"data: " + json.dumps({"choices": [{"delta": {"content": f"t{i} "}}]}).encode() + b"\n\n")
                 self.wfile.flush()
-                time.sleep(0.05)
-            self.wfile.write(b"data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 10}}).encode() + b"\n\n")
+                time.sleep(cls.token_s * chunk)
+            self.wfile.write(b"data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": tokens}}).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
         finally:
             with cls.lock:
@@ -194,9 +211,10 @@ class SlotEngine(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def slot_engine():
-    def start(slots=2, report="slots", delays=()):
+    def start(slots=2, report="slots", delays=(), token_s=0.005, admit_delay=0.0):
         SlotEngine.slots, SlotEngine.report, SlotEngine.delays = slots, report, list(delays)
-        SlotEngine.busy, SlotEngine.arrivals, SlotEngine.free = 0, 0, threading.Semaphore(slots)
+        SlotEngine.token_s, SlotEngine.admit_delay = token_s, admit_delay
+        SlotEngine.busy, SlotEngine.waiting, SlotEngine.arrivals, SlotEngine.free = 0, 0, 0, threading.Semaphore(slots)
         server = ThreadingHTTPServer(("127.0.0.1", 0), SlotEngine)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
@@ -212,19 +230,37 @@ def test_parallel_is_judged_by_the_engines_busy_slots_not_the_clients_clock(slot
     # The second stream's first token comes 0.6 s late (past the half-way mark of the first's
     # 0.5 s decode, as on a loaded machine): the wall clock calls it queued, the engine's /slots
     # says both slots served at once.
-    check = check_parallel(slot_engine(delays=[0.0, 0.6]), "m", 2)
+    check = check_parallel(slot_engine(delays=[0.0, 0.6], token_s=0.001), "m", 2)
     assert check.max_decoding_at_once == 2 and check.parallel
     assert check.source == "/slots" and check.samples > 0
+    assert check.verdict == "the engine reported all 2 streams busy at once"
+
+
+def test_a_stream_that_ends_before_the_next_is_served_is_retried_longer_never_judged_queued(slot_engine):
+    # A loaded machine: the second request reaches the engine 0.5 s after the first began, and the
+    # first try's first stream (512 tokens, 0.26 s) has ended by then. That says nothing about the
+    # engine's slots; the retry's streams are four times longer and both are served at once.
+    check = check_parallel(slot_engine(token_s=0.0005, admit_delay=0.5), "m", 2, max_tokens=512)
+    assert check.parallel and check.max_decoding_at_once == 2
+    assert [(a["max_tokens"], a["outcome"]) for a in check.attempts] == [(512, "ended_early"), (2048, "together")]
+
+
+def test_a_machine_too_slow_for_any_try_is_an_error_not_a_verdict(slot_engine):
+    with pytest.raises(ProbeError, match=r"in 2 tries \(up to 2,048 tokens a stream\) a stream always ended before the next one was served"):
+        check_parallel(slot_engine(token_s=0.0005, admit_delay=1.5), "m", 2, max_tokens=512, attempts=2)
 
 
 def test_parallel_sees_a_third_request_queue_on_two_slots(slot_engine):
-    check = check_parallel(slot_engine(slots=2), "m", 3)
+    check = check_parallel(slot_engine(slots=2, token_s=0.001), "m", 3)
     assert check.max_decoding_at_once == 2 and not check.parallel
+    assert check.verdict == "stream 3 was held back while the engine served 2 of its 2 slots"
 
 
-def test_parallel_reads_the_in_flight_gauge_without_slots(slot_engine):
-    check = check_parallel(slot_engine(slots=1, report="metrics"), "m", 2)
+def test_parallel_reads_the_in_flight_gauges_without_slots(slot_engine):
+    # No /slots: the running gauge, and the deferred one holding the second request back.
+    check = check_parallel(slot_engine(slots=1, report="metrics", token_s=0.002), "m", 2, queued_hold_s=0.3)
     assert check.max_decoding_at_once == 1 and check.source == "/metrics llamacpp:requests_processing"
+    assert check.verdict == "stream 2 was held back while the engine served 1 (1 waiting)"
 
 
 def test_parallel_refuses_an_engine_that_reports_no_busy_count(slot_engine):

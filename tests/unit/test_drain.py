@@ -124,7 +124,8 @@ def test_a_foreign_dropin_is_refused_by_name_and_a_listed_one_is_kept(dirs, tmp_
     dropin_dir = tmp_path / "units" / f"{UNIT}.d"
     dropin_dir.mkdir(parents=True)
     (dropin_dir / "bench.conf").write_text("[Service]\nEnvironment=BENCH=1\n")
-    with pytest.raises(StepError, match=r"drop-ins change this unit behind the deploy: .*lab.service.d/bench.conf; remove them, or list"):
+    refused = r"drop-ins change this unit behind the deploy: .*lab.service.d/bench.conf \(remove it, or list it in dropins\); remove them, or list"
+    with pytest.raises(StepError, match=refused):
         ensure_unit(unit_params(dirs), Host(FakeRunner({(SYSTEMCTL, "show"): [RUNNING]}), check_mode=True), diff=False)
     result = ensure_unit(unit_params(dirs, dropins=["bench.conf"]), Host(FakeRunner({(SYSTEMCTL, "show"): [RUNNING]})), diff=False)
     assert result["changed"]

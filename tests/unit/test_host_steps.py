@@ -76,7 +76,8 @@ def test_ensure_unit_in_check_mode_reports_and_mutates_nothing(dirs, tmp_path):
     assert result["changed"] and "ExecStart=" in result["diff"]["after"]
     assert host.actions == [f"write {tmp_path}/units/{UNIT} (mode 0644)"]
     assert not (tmp_path / "units").exists()
-    assert runner.calls == []
+    # Only reads: systemd's own view of the unit's drop-ins (DropInPaths, FragmentPath).
+    assert all(argv[:2] == [SYSTEMCTL, "show"] for argv in runner.calls), runner.calls
 
 
 def test_a_failing_start_carries_the_journal(dirs):
@@ -210,6 +211,17 @@ def test_rollback_branches(tmp_path, dirs, case, previous, start_answers, probe,
     record_after = (tmp_path / "record" / RECORD_FILE).read_text() if previous else None
     assert record_after == record_before, case
     assert sum(1 for action in failure.value.result["actions"] if action == f"{SYSTEMCTL} start {UNIT}") == starts, case
+
+
+def test_a_new_shape_refused_before_the_host_changed_leaves_the_serving_engine_alone(tmp_path, dirs):
+    # A value refused by its own check (here a control character in the unit's description) fails
+    # before anything is written or run: no rollback restart cuts the engine that serves.
+    deploy(tmp_path, dirs, "old", [OK])
+    with pytest.raises(StepError, match=r"description: control characters .* \(nothing on the host changed: the last-known-good shape serves on") as failure:
+        deploy(tmp_path, dirs, "new\nExecStartPre=/bin/true", [OK])
+    assert failure.value.result["rolled_back"] is False and failure.value.result["changed"] is False
+    assert failure.value.result["actions"] == []
+    assert installed_description(dirs) == "Description=old\n"
 
 
 def test_a_green_deploy_reports_each_step_and_every_action(tmp_path, dirs):
@@ -446,3 +458,45 @@ def test_a_container_whose_conmon_died_is_never_green(tmp_path):
 
 def test_a_container_under_its_live_conmon_is_green(tmp_path):
     assert container_wait(tmp_path, conmon_alive=True)().healthy
+
+
+def test_the_health_report_says_when_the_gate_first_looked_and_when_it_went_green(tmp_path):
+    # A fault test lines the gate's looks up against the fault it caused (the dead-conmon window):
+    # the wall-clock time of the first look, why it was not green, and the time it went green.
+    proc = tmp_path / "proc"
+    fake_process(proc, ENGINE_PID, CGROUP, "/usr/bin/llama-server --port 7771", started_s=200, ppid=CONMON_PID)
+    fake_process(proc, CONMON_PID, CGROUP, "/usr/bin/conmon --api-version 1 -n lab", started_s=199)
+    script = {
+        (SYSTEMCTL, "show"): [ACTIVE],
+        ("/usr/bin/ss",): [(0, "", ""), (0, "", ""), ss_listening(PORT, ENGINE_PID)],
+        ("/usr/bin/podman", "inspect"): [(0, f"{ENGINE_PID} {CONMON_PID} running\n", "")],
+    }
+    clock = FakeClock()
+    walls = iter([1000.25, 1001.5])
+    manager = UnitManager(Host(FakeRunner(script)), proc=str(proc))
+    health = HealthSpec(port=PORT, served_id="lab", timeout=10, container="lab")
+    report = wait_healthy(manager, UNIT, health, 100.0, 0, clock=clock, sleep=clock.sleep, get=engine_answers(), wall=lambda: next(walls)).as_dict()
+    assert (report["first_check_at"], report["healthy_at"], report["checks"]) == (1000.25, 1001.5, 3)
+    assert report["first_reason"] == f"nothing listens on port {PORT} yet"
+
+
+def test_a_deploy_inside_the_dead_conmon_window_waits_for_the_units_own_restart(tmp_path):
+    # conmon SIGKILLed: the orphaned engine serves on (never green), dies, `podman run` exits and
+    # systemd starts the unit again (NRestarts 0 -> 1). That one restart is the unit's own recovery,
+    # not a crash loop: the gate waits for it and goes green on the new engine, never the orphan.
+    proc = tmp_path / "proc"
+    fake_process(proc, ENGINE_PID, CGROUP, "/usr/bin/llama-server --port 7771", started_s=200, ppid=1)  # the orphan
+    fake_process(proc, 6307, CGROUP, "/usr/bin/llama-server --port 7771", started_s=300, ppid=6305)
+    fake_process(proc, 6305, CGROUP, "/usr/bin/conmon --api-version 1 -n lab", started_s=299)
+    restarted = show(ActiveState="active", SubState="running", MainPID=6300, NRestarts=1, ControlGroup=CGROUP)
+    script = {
+        (SYSTEMCTL, "show"): [ACTIVE, ACTIVE, restarted],
+        ("/usr/bin/ss",): [ss_listening(PORT, ENGINE_PID), ss_listening(PORT, ENGINE_PID), ss_listening(PORT, 6307)],
+        ("/usr/bin/podman", "inspect"): [(0, f"{ENGINE_PID} {CONMON_PID} running\n", "")] * 4 + [(0, "6307 6305 running\n", "")],
+    }
+    clock = FakeClock()
+    manager = UnitManager(Host(FakeRunner(script)), proc=str(proc))
+    health = HealthSpec(port=PORT, served_id="lab", timeout=30, container="lab", allowed_restarts=0)
+    report = wait_healthy(manager, UNIT, health, started_at=100.0, restarts_before=0, clock=clock, sleep=clock.sleep, get=engine_answers())
+    assert report.healthy and report.listener_pid == 6307 and report.n_restarts == 1 and report.conmon_died
+    assert "conmon (PID 5305) is gone" in report.first_reason

@@ -32,17 +32,19 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_secr
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.engine_step import ensure_engine
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import check_published, ensure_firewall, firewall_from
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import engine_uid_of, free_engine_uid
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.probe import run_probe
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records import (
     MAX_RECORD_BYTES,
     RECORD_FILE,
     generation_files,
+    kept_records,
     list_generations,
     push_generation,
     read_record,
     write_record,
 )
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import archive_copy, archive_dir, retire_unit, runtime_swap
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import archive_copy, archive_dir, renamed_units, retire_unit, runtime_swap
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
@@ -95,12 +97,65 @@ def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dic
     unit = params["unit"]
     unit_dir = str(unit.get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
     archive = archive_dir(os.path.dirname(os.path.normpath(params["record_dir"])))
-    units = [retire_unit(str(name), host, unit_dir, archive) for name in params.get("retire_units") or []]
+    listed = [str(name) for name in params.get("retire_units") or []]
+    if str(unit["name"]) in listed:
+        raise StepError(f"retire_units: {unit['name']} is this endpoint's own unit; list only the units it replaces", {"changed": False})
+    renamed, orphans = _renamed(params, unit_dir, listed)
+    units = [retire_unit(name, host, unit_dir, archive) for name in listed + [found["unit"] for found in renamed]]
+    for retired, found in zip(units[len(listed) :], renamed):
+        retired["found"] = found["why"]
     result: dict[str, Any] = {"changed": any(u["changed"] for u in units), "units": units, "swap": runtime_swap(previous, record["shape"])}
+    if orphans:
+        result["orphans"] = orphans
     if result["swap"]:
         result["archived_to"] = archive_copy(host, os.path.join(unit_dir, str(unit["name"])), archive)
         result["changed"] = result["changed"] or bool(result["archived_to"])
     return result
+
+
+def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None) -> None:
+    """A container engine may not run as the UID of another engine installed on this host (by
+    the other endpoints' kept records, whose units are still installed): engine_uid hashes names
+    into 20,000 UIDs, and two engines sharing one could read each other's /proc/PID/environ (the
+    API key) and caches. Refused naming both and a free UID to give one of them."""
+    if not engine or not engine.get("name"):
+        return
+    name, user = str(engine["name"]), str(engine.get("user") or "")
+    mine = engine_uid_of(name, user)
+    unit_dir = str(params["unit"].get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
+    record_dir = os.path.normpath(params["record_dir"])
+    others = {}
+    for path, kept in kept_records(os.path.dirname(record_dir), record_dir):
+        other = kept.get("engine") if isinstance(kept.get("engine"), dict) else {}
+        unit_path = os.path.join(unit_dir, str(kept["unit"].get("name") or ""))
+        if other.get("name") and other["name"] != name and os.path.isfile(unit_path) and not os.path.islink(unit_path):
+            others[str(other["name"])] = (str(other.get("user") or ""), path)
+    clash = next((other for other, (their_user, _path) in others.items() if engine_uid_of(other, their_user) == mine), None)
+    if mine is None or clash is None:
+        return
+    taken = {uid for uid in (engine_uid_of(other, their_user) for other, (their_user, _p) in others.items()) if uid is not None}
+    free = free_engine_uid(taken | {mine}, name)
+    setting = "the user it is given (endpoint_container.user)" if user else "the UID its name hashes to (engine_uid)"
+    raise StepError(
+        f"endpoint_container.user: {name} would run as UID {mine}, {setting}, which {clash} (kept record {others[clash][1]}) "
+        f"already runs as on this host: engines sharing a UID can read each other's /proc/PID/environ (the API key) and caches; "
+        f"give one of them a UID of its own, e.g. endpoint_container.user: '{free}:{free}'",
+        {"changed": False},
+    )
+
+
+def _renamed(params: dict[str, Any], unit_dir: str, listed: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A renamed endpoint's old unit, found from the kept records (retire.renamed_units) unless
+    `retire_renamed` is off; units the inventory already lists are retired as listed."""
+    if params.get("retire_renamed") is False:
+        return [], []
+    unit = params["unit"]
+    port = (params.get("shape") or {}).get("port") or (unit.get("health") or {}).get("port")
+    record_dir = os.path.normpath(params["record_dir"])
+    renamed, orphans = renamed_units(
+        os.path.dirname(record_dir), record_dir, str(unit["name"]), int(port) if port else None, unit_dir, params.get("host_units")
+    )
+    return [found for found in renamed if found["unit"] not in listed], [found for found in orphans if found["unit"] not in listed]
 
 
 def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe = run_probe) -> dict[str, Any]:
@@ -125,6 +180,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     endpoint = str(unit["name"]).rsplit(".", 1)[0]
     firewall = firewall_from(endpoint, params.get("firewall"))
     check_published(firewall, engine)  # before anything on the host changes
+    check_engine_uid(params, engine)
     firewall_result = ensure_firewall(endpoint, firewall, host, diff)
     unit = unit_with_firewall(unit, firewall_result.pop("pre_start", None))
     record = {"shape": params.get("shape") or {}, "engine": without_secrets(engine) or None, "unit": without_secrets(unit)}
@@ -136,7 +192,11 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
         with _payload_refusals():
             record["payload"] = payload_deployed.payload_identity(params["payload"])
     retire_result = _retire(params, previous, record, host)
+    warnings += [f"{orphan['unit']}: {orphan['why']}; list it in endpoint_retired_units to retire it" for orphan in retire_result.get("orphans", [])]
     payload_result: dict[str, Any] | None = None
+    # What the host had been given before the new shape's steps: a step that fails having changed
+    # nothing (a value refused by its own check) leaves the serving engine as it was.
+    changes_before = len(host.actions)
     try:
         if (record.get("payload") or {}).get("generation"):
             # Just before the restart: the engine's next start reads the new generation.
@@ -160,6 +220,13 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
             failure.result.setdefault("rolled_back", False)
             failure.result.setdefault("actions", host.actions)
             raise
+        if len(host.actions) == changes_before:
+            # Refused before it changed anything: the last-known-good engine still serves, untouched;
+            # a rollback would only restart it.
+            raise StepError(
+                f"{failure} (nothing on the host changed: the last-known-good shape serves on, not restarted)",
+                {**failure.result, "rolled_back": False, "changed": False, "actions": host.actions},
+            ) from None
         # The new shape (or the new secrets) failed after the host changed: bring the last-known-good one back up.
         restored = previous_secrets if previous_secrets is not None else secrets
         try:

@@ -4,7 +4,8 @@
 
 Green only when the unit is active, the listener on the port is this unit's (cgroup) or its
 container's engine process, a container runs under a live conmon that is its engine's parent (a
-SIGKILLed conmon leaves the engine serving for a while before it dies), it started after this start, /health answers OK and /v1/models lists
+SIGKILLed conmon leaves the engine serving for a while before it dies; the gate then waits for the
+one restart that brings the unit's own engine back, which is no crash loop), it started after this start, /health answers OK and /v1/models lists
 the served id. A growing NRestarts during the wait is a crash loop and fails fast, and so do a
 foreign listener and a 401/403 (waiting cannot make an engine drop its key). A keyed endpoint is
 green only when every path of UNKEYED_PATHS refuses a request without the key. Every failure carries
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.port_owner import judge_listener
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, HealthSpec, UnitManager
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import CONMON_GONE, GateError, HealthSpec, UnitManager
 
 
 @dataclass
@@ -36,6 +37,15 @@ class HealthReport:
     n_restarts: int = 0
     active_state: str = ""
     elapsed_s: float = 0.0
+    # Wall-clock times (seconds since the epoch) of the gate's first look at the engine and of
+    # the look that found it green: what a fault test lines up against the fault it caused.
+    first_check_at: float = 0.0
+    healthy_at: float = 0.0
+    checks: int = 0  # how many times the gate looked
+    first_reason: str = ""  # why the first look was not green ("" when it was)
+    # The engine's conmon was seen dead: the unit's `podman run` exits when the orphaned engine
+    # dies and systemd starts it again, one restart the gate waits for (not a crash loop).
+    conmon_died: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +58,11 @@ class HealthReport:
             "n_restarts": self.n_restarts,
             "active_state": self.active_state,
             "elapsed_s": round(self.elapsed_s, 2),
+            "first_check_at": round(self.first_check_at, 3),
+            "healthy_at": round(self.healthy_at, 3),
+            "checks": self.checks,
+            "first_reason": self.first_reason,
+            "conmon_died": self.conmon_died,
         }
 
 
@@ -101,18 +116,23 @@ def wait_healthy(
     sleep: Callable[[float], None] = time.sleep,
     get: HttpGet = http_get,
     post: HttpPost = http_post_unkeyed,
+    wall: Callable[[], float] = time.time,
 ) -> HealthReport:
     deadline = clock() + health.timeout
     begun = clock()
     last_reason = "not checked yet"
     report = HealthReport(False)
     while True:
+        report.checks += 1
+        if report.checks == 1:
+            report.first_check_at = wall()
         props = manager.show(unit)
         report.main_pid = int(props.get("MainPID", "0") or 0)
         report.n_restarts = int(props.get("NRestarts", "0") or 0)
         report.active_state = props.get("ActiveState", "")
         report.elapsed_s = clock() - begun
-        if report.n_restarts > restarts_before + health.allowed_restarts:
+        # A dead conmon seen earlier in this wait brings exactly one restart of the unit: its own.
+        if report.n_restarts > restarts_before + health.allowed_restarts + int(report.conmon_died):
             raise _fail(manager, unit, f"{unit} is crash-looping: NRestarts went {restarts_before} -> {report.n_restarts} during the health wait", report)
         if report.active_state == "failed":
             raise _fail(manager, unit, f"{unit} failed to start", report)
@@ -121,10 +141,13 @@ def wait_healthy(
             if reason is None:
                 _refuse_keyless_paths(manager, unit, health, report, post)
                 report.healthy = True
+                report.healthy_at = wall()
                 return report
             last_reason = reason
         else:
             last_reason = f"unit is {report.active_state}/{props.get('SubState', '')}"
+        if report.checks == 1:
+            report.first_reason = last_reason
         if clock() > deadline:
             raise _fail(manager, unit, f"{unit} not healthy after {health.timeout:.0f} s: {last_reason}", report)
         sleep(health.interval)
@@ -152,6 +175,7 @@ def _probe(manager: UnitManager, unit: str, cgroup: str, health: HealthSpec, sta
         # The listener is the container's, and the container must live under its conmon.
         dead = manager.container_alive(health.container)
         if dead:
+            report.conmon_died = report.conmon_died or dead.endswith(CONMON_GONE)
             return dead
     report.listener_pid, report.listener_cmdline, report.ownership = owned.pid, owned.cmdline, owned.reason
     status, _body = get(health.host, health.port, health.health_path, health.api_key)

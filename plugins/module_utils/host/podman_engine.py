@@ -103,6 +103,39 @@ def engine_uid(name: str) -> int:
     return ENGINE_UID_BASE + int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") % ENGINE_UID_SPAN
 
 
+def engine_uid_of(name: str, user: str = "") -> int | None:
+    """The UID an engine container runs as: its `user` (numeric UID:GID), else engine_uid(name);
+    None for a user that is not numeric (refused elsewhere)."""
+    if not user:
+        return engine_uid(name)
+    match = _USER_RE.match(user)
+    return int(match.group(1)) if match else None
+
+
+def uid_collisions(engines: dict[str, str]) -> list[tuple[str, str, int]]:
+    """(name, other name, UID) for every two engines of one host that would share a UID: by their
+    `user`, or by engine_uid's hash (20,000 UIDs: with a few dozen engines on one host, two can
+    draw the same one). `engines` maps each container name to its `user` ("" for the default)."""
+    seen: dict[int, str] = {}
+    clashes = []
+    for name in sorted(engines):
+        uid = engine_uid_of(name, engines[name])
+        if uid is None:
+            continue
+        if uid in seen:
+            clashes.append((seen[uid], name, uid))
+        else:
+            seen[uid] = name
+    return clashes
+
+
+def free_engine_uid(taken: set[int], name: str) -> int:
+    """A UID in the engines' range that none of `taken` uses, near the one the name hashes to."""
+    start = engine_uid(name) - ENGINE_UID_BASE
+    candidates = (ENGINE_UID_BASE + (start + step) % ENGINE_UID_SPAN for step in range(ENGINE_UID_SPAN))
+    return next(uid for uid in candidates if uid not in taken)
+
+
 class EngineError(ValueError):
     """An engine description that cannot be run safely; names the field."""
 

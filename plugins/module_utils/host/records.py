@@ -96,3 +96,26 @@ def list_generations(record_dir: str) -> list[dict[str, Any]]:
             entry["payload"] = {"generation": payload["generation"], "on_disk": payload_generations.where(str(payload.get("dir") or ""), payload["generation"])}
         listed.append(entry)
     return listed
+
+
+def kept_records(state_dir: str, own_record_dir: str) -> list[tuple[str, dict[str, Any]]]:
+    """(path, record) of every other endpoint's last-known-good record under the state directory
+    (STATE_DIR/*/last-good.json), read only: one that does not parse is skipped (its own
+    endpoint's deploy deals with it)."""
+    found = []
+    try:
+        names = sorted(os.listdir(state_dir))
+    except OSError:
+        return []
+    for name in names:
+        directory = os.path.join(state_dir, name)
+        if name == "archive" or os.path.normpath(directory) == os.path.normpath(own_record_dir):
+            continue
+        path = os.path.join(directory, RECORD_FILE)
+        try:
+            record = json.loads(read_text(path, MAX_RECORD_BYTES) or "null")
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("unit"), dict):
+            found.append((path, record))
+    return found

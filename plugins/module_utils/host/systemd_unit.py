@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS, default
 
+SYSTEMCTL = "/usr/bin/systemctl"
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # systemd's unit-name rules (unit_name_is_valid): ASCII letters, digits and `:-_.\\`, at most one
 # `@` (a template or instance), then the type suffix; at most 255 characters (UNIT_NAME_MAX).
@@ -276,8 +278,153 @@ def render_unit(spec: UnitSpec) -> str:
 # Lines that document a unit without changing how it runs: a change to them alone rewrites the file
 # and reloads systemd, but never restarts a serving engine (the seeds: "Comment-only: no restart needed.").
 _COSMETIC_KEYS = ("Description=", "Documentation=")
-# Where systemd reads a service's drop-ins from (besides the unit directory the module writes to).
-DROPIN_ROOTS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+# Every directory systemd's system manager reads units and drop-ins from, highest priority first
+# (systemd 252, lookup_paths_init): `systemctl set-property` writes /etc/systemd/system.control
+# (persistent) or /run/systemd/system.control (--runtime), `systemd-run` /run/systemd/transient,
+# generators the three generator directories at every daemon-reload, administrators /etc and /run,
+# packages /usr/local/lib, /usr/lib and /lib.
+UNIT_SEARCH_PATH = (
+    "/etc/systemd/system.control",
+    "/run/systemd/system.control",
+    "/run/systemd/transient",
+    "/run/systemd/generator.early",
+    "/etc/systemd/system",
+    "/etc/systemd/system.attached",
+    "/run/systemd/system",
+    "/run/systemd/system.attached",
+    "/run/systemd/generator",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
+    "/run/systemd/generator.late",
+)
+# Kept for callers of the old name: the drop-in roots are the whole search path.
+DROPIN_ROOTS = UNIT_SEARCH_PATH
+# systemd's own answer to "which drop-ins and which unit file did you load" (the unit name follows).
+DROPIN_QUERY = (SYSTEMCTL, "show", "--property=DropInPaths", "--property=FragmentPath")
+_VENDOR_ROOTS = ("/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+_TYPE_DIR_RE = re.compile(r"^[a-z]+\.d$")
+# What put a drop-in where it is, and how the operator takes it away (or keeps it); by its root.
+_ORIGINS = {
+    "/etc/systemd/system.control": "written by `systemctl set-property`: `systemctl revert {unit}` removes it",
+    "/run/systemd/system.control": "written by `systemctl set-property --runtime`: `systemctl revert {unit}` removes it",
+    "/run/systemd/transient": "a transient unit's (`systemd-run`): it goes at the next reboot, or remove it",
+    "/run/systemd/generator.early": "made by a systemd generator at every daemon-reload: list it in dropins to keep it",
+    "/run/systemd/generator": "made by a systemd generator at every daemon-reload: list it in dropins to keep it",
+    "/run/systemd/generator.late": "made by a systemd generator at every daemon-reload: list it in dropins to keep it",
+    "/etc/systemd/system": "an administrator's drop-in: remove it",
+    "/etc/systemd/system.attached": "a portable service's (`portablectl attach`): detach it",
+    "/run/systemd/system": "a runtime drop-in: remove it (it goes at the next reboot)",
+    "/run/systemd/system.attached": "a portable service's (`portablectl attach --runtime`): detach it",
+}
+
+
+def dropin_dir_names(name: str) -> list[str]:
+    """The drop-in directories systemd reads for a unit name, most specific first: NAME.d, for a
+    template instance its template's (`x@.service.d`), each dash-truncated prefix (`frank-.service.d`
+    for frank-primary.service) and the type's own (`service.d`: every service)."""
+    stem, _dot, suffix = name.rpartition(".")
+    names = [f"{name}.d"]
+    if "@" in stem:
+        names.append(f"{stem.split('@', 1)[0]}@.{suffix}.d")
+    parts = stem.split("@", 1)[0].split("-")
+    for count in range(len(parts) - 1, 0, -1):
+        names.append("-".join(parts[:count]) + f"-.{suffix}.d")
+    names.append(f"{suffix}.d")
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class DropIn:
+    path: str  # where it is (under the system root)
+    root: str  # the search-path directory it is under, as systemd names it ("" when off the path)
+    origin: str  # what put it there, and the fix
+
+    @property
+    def type_wide(self) -> bool:
+        """A drop-in for every unit of its type (`service.d/`), not for this unit's name."""
+        return bool(_TYPE_DIR_RE.match(os.path.basename(os.path.dirname(self.path))))
+
+    @property
+    def reported_only(self) -> bool:
+        """A package's drop-in for every service (Fedora's service.d/10-timeout-abort.conf): not
+        this deploy's to refuse, but named. Every other drop-in is refused."""
+        return self.root in _VENDOR_ROOTS and self.type_wide
+
+
+def _systemd_view(name: str, query: Callable[[list[str]], tuple[int, str, str]] | None) -> tuple[list[str], str]:
+    """(DropInPaths, FragmentPath) as systemd itself reports them for the unit: what it loaded at
+    the last daemon-reload. Nothing when systemctl cannot say (no systemd, a fake host)."""
+    if query is None:
+        return [], ""
+    rc, out, _err = query([*DROPIN_QUERY, name])
+    if rc != 0:
+        return [], ""
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return props.get("DropInPaths", "").split(), props.get("FragmentPath", "").strip()
+
+
+def _root_of(path: str, sysroot: str) -> str:
+    """The search-path directory a drop-in's directory sits in, as systemd names it."""
+    directory = os.path.dirname(os.path.dirname(path))
+    for root in UNIT_SEARCH_PATH:
+        if directory == _under(sysroot, root):
+            return root
+    return ""
+
+
+def _under(sysroot: str, path: str) -> str:
+    return os.path.normpath(os.path.join(sysroot, path.lstrip("/")))
+
+
+def unit_overrides(
+    name: str,
+    unit_dir: str,
+    allowed: list[str],
+    query: Callable[[list[str]], tuple[int, str, str]] | None = None,
+    sysroot: str = "/",
+) -> tuple[list[DropIn], list[DropIn], list[str]]:
+    """What changes the unit behind the module's back: (refused drop-ins, reported drop-ins,
+    shadowing unit files).
+
+    Drop-ins come from systemd's own `DropInPaths` (what it loaded) and from every drop-in
+    directory of the unit's name, its dash prefixes and its type (dropin_dir_names) in `unit_dir`
+    and on the whole search path (what the next daemon-reload loads). A file the inventory lists,
+    by file name or full path, is neither refused nor reported. A unit file of this name in a
+    directory systemd prefers to `unit_dir` (a transient unit, a control directory), or a
+    `FragmentPath` there, shadows the deploy's: systemd would run that file instead. `sysroot`
+    re-roots the search path (a test's made-up tree)."""
+    loaded, fragment = _systemd_view(name, query)
+    candidates = list(loaded)
+    for root in dict.fromkeys((os.path.normpath(unit_dir), *(_under(sysroot, r) for r in UNIT_SEARCH_PATH))):
+        for directory in (os.path.join(root, sub) for sub in dropin_dir_names(name)):
+            try:
+                entries = sorted(os.listdir(directory))
+            except OSError:
+                continue
+            candidates += [os.path.join(directory, entry) for entry in entries if entry.endswith(".conf")]
+    refused: list[DropIn] = []
+    reported: list[DropIn] = []
+    for path in dict.fromkeys(candidates):
+        if os.path.basename(path) in allowed or path in allowed or os.path.realpath(path) == "/dev/null":
+            continue  # listed; or masked, which changes nothing
+        root = _root_of(path, sysroot)
+        origin = _ORIGINS.get(root, "a package's drop-in: list it in dropins to keep it" if root else "remove it, or list it in dropins")
+        dropin = DropIn(path, root, origin.format(unit=name))
+        (reported if dropin.reported_only else refused).append(dropin)
+    return refused, reported, _shadows(name, unit_dir, fragment, sysroot)
+
+
+def _shadows(name: str, unit_dir: str, fragment: str, sysroot: str) -> list[str]:
+    """Unit files of this name that systemd loads instead of unit_dir's."""
+    ranked = [_under(sysroot, root) for root in UNIT_SEARCH_PATH]
+    unit_dir = os.path.normpath(unit_dir)
+    # A unit directory off the search path (a test's) ranks as /etc/systemd/system.
+    rank = ranked.index(unit_dir) if unit_dir in ranked else UNIT_SEARCH_PATH.index("/etc/systemd/system")
+    found = [os.path.join(root, name) for root in ranked[:rank] if os.path.lexists(os.path.join(root, name))]
+    if fragment and fragment != os.path.join(unit_dir, name) and os.path.dirname(_under(sysroot, fragment)) in ranked[:rank]:
+        found.append(_under(sysroot, fragment))
+    return [path for path in dict.fromkeys(found) if os.path.realpath(path) != "/dev/null"]
 
 
 def running_lines(text: str | None) -> list[str]:
@@ -298,20 +445,10 @@ def is_cosmetic_change(before: str | None, after: str) -> bool:
     return before is not None and before != after and running_lines(before) == running_lines(after)
 
 
-def foreign_dropins(name: str, unit_dir: str, allowed: list[str], roots: tuple[str, ...] = DROPIN_ROOTS) -> list[str]:
-    """Drop-in files that change the unit behind the module's back: every NAME.d/*.conf under the
-    unit directory and systemd's own search path that the inventory does not list (by file name or
-    full path). The seeds' story: a forgotten bench.conf drop-in "made every frank-primary deploy
-    since 2026-10-08 04:09 restart the staging worktree behind a green health gate"."""
-    found = []
-    for root in dict.fromkeys((unit_dir, *roots)):
-        directory = os.path.join(root, f"{name}.d")
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            continue
-        for entry in names:
-            path = os.path.join(directory, entry)
-            if entry.endswith(".conf") and entry not in allowed and path not in allowed:
-                found.append(path)
-    return found
+def foreign_dropins(
+    name: str, unit_dir: str, allowed: list[str], query: Callable[[list[str]], tuple[int, str, str]] | None = None, sysroot: str = "/"
+) -> list[str]:
+    """The paths of the drop-ins a deploy refuses (unit_overrides). The seeds' story: a forgotten
+    bench.conf drop-in "made every frank-primary deploy since 2026-10-08 04:09 restart the staging
+    worktree behind a green health gate"."""
+    return [dropin.path for dropin in unit_overrides(name, unit_dir, allowed, query, sysroot)[0]]

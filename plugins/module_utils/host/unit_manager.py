@@ -25,6 +25,9 @@ SYSTEMCTL = "/usr/bin/systemctl"
 JOURNALCTL = "/usr/bin/journalctl"
 SS = "/usr/bin/ss"
 PODMAN = "/usr/bin/podman"
+# How container_alive says the container's conmon died: the unit's `podman run` exits and systemd
+# starts it again once the orphaned engine dies (the health gate waits for that one restart).
+CONMON_GONE = "is gone: the engine dies within seconds"
 SHOW_PROPS = ("ActiveState", "SubState", "MainPID", "NRestarts", "ControlGroup", "LoadState", "UnitFileState")
 
 
@@ -126,7 +129,7 @@ class UnitManager:
             return f"the engine container {name} is {state.status or 'in no known state'}"
         conmon = read_proc(state.conmon_pid, self.proc) if state.conmon_pid > 0 else None
         if conmon is None or os.path.basename(conmon.cmdline.split(" ", 1)[0]) != "conmon":
-            return f"the engine container {name}'s conmon (PID {state.conmon_pid}) is gone: the engine dies within seconds"
+            return f"the engine container {name}'s conmon (PID {state.conmon_pid}) {CONMON_GONE}"
         engine = read_proc(state.pid, self.proc)
         if engine is None or engine.ppid != state.conmon_pid:
             return f"the engine process (PID {state.pid}) is not conmon {state.conmon_pid}'s: the container is not the one podman manages"

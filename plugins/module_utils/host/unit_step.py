@@ -20,10 +20,10 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.systemd_unit import (
     UnitError,
     UnitSpec,
-    foreign_dropins,
     is_cosmetic_change,
     render_env_file,
     render_unit,
+    unit_overrides,
     unit_paths,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_manager import GateError, HealthSpec, UnitManager, boottime
@@ -73,13 +73,21 @@ def ensure_unit(params: dict[str, Any], host: Host, diff: bool) -> dict[str, Any
     except (UnitError, KeyError, TypeError, ValueError) as exc:
         raise StepError(str(exc), {**result, "elapsed": elapsed()}) from None
 
-    foreign = foreign_dropins(name, params["unit_dir"], list(params["dropins"]))
-    if foreign:
+    refused, reported, shadows = unit_overrides(name, params["unit_dir"], list(params["dropins"]), query=host.query)
+    if refused or shadows:
+        told = [f"{dropin.path} ({dropin.origin})" for dropin in refused] + [f"{path} (a unit file systemd loads instead of {unit_path})" for path in shadows]
         raise StepError(
-            f"{name}: drop-ins change this unit behind the deploy: {', '.join(foreign)}; remove them, or list each file name "
+            f"{name}: drop-ins change this unit behind the deploy: {'; '.join(told)}; remove them, or list each drop-in's file name "
             "in dropins (endpoint_unit_dropins) to keep it",
-            {**result, "foreign_dropins": foreign, "elapsed": elapsed()},
+            {**result, "foreign_dropins": [dropin.path for dropin in refused], "shadowing_units": shadows, "elapsed": elapsed()},
         )
+    if reported:
+        # A package's drop-in for every service: not this deploy's to refuse, but named.
+        result["dropins_reported"] = [dropin.path for dropin in reported]
+        result["warnings"] = [
+            f"{name}: {dropin.path} applies to every service ({dropin.origin}); list it in dropins (endpoint_unit_dropins) to silence this"
+            for dropin in reported
+        ]
     unit_before = read_text(unit_path)
     env_before = read_text(env_path)
     unit_changed = unit_before != unit_text

@@ -1,0 +1,96 @@
+"""One UID per container engine on a host: engine_uid hashes a name into 20,000 UIDs, so two names
+can draw the same one (frank-e18406 draws frank-primary's 46790; lab-node1 and lab-node47 share
+41474). A deploy refuses an engine whose UID another installed engine of the host runs as, naming
+both and a free UID; the inventories' engines have none in common per host."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_host import FakeRunner
+
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.endpoint_deploy import check_engine_uid, deploy_endpoint
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.podman_engine import engine_uid, free_engine_uid, uid_collisions
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
+from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Inventory(yaml.SafeLoader):
+    """An inventory file as YAML: a vaulted value is an opaque string here."""
+
+
+_Inventory.add_constructor("!vault", lambda loader, node: loader.construct_scalar(node))
+HEADER = "# Managed by frank.llm_fleet.systemd_root_unit; local edits are replaced on the next deploy.\n"
+
+
+def test_two_names_can_hash_to_one_uid_and_a_given_user_settles_it():
+    assert engine_uid("frank-primary") == engine_uid("frank-e18406") == 46790
+    assert engine_uid("lab-node1") == engine_uid("lab-node47") == 41474
+    assert uid_collisions({"frank-primary": "", "frank-e18406": ""}) == [("frank-e18406", "frank-primary", 46790)]
+    assert uid_collisions({"frank-primary": "", "frank-e18406": "40001:40001"}) == []
+    assert uid_collisions({"a": "40001:40001", "b": "40001:40002"}) == [("a", "b", 40001)]
+    assert free_engine_uid({46790, 46791}, "frank-primary") == 46792
+
+
+def installed(tmp_path, name, user="", unit_file=True):
+    """Another endpoint on the host: its kept record (engine and unit) and its unit file."""
+    record = tmp_path / "state" / name / "last-good.json"
+    record.parent.mkdir(parents=True)
+    engine = {"name": name, **({"user": user} if user else {})}
+    record.write_text(json.dumps({"shape": {"port": 7770}, "engine": engine, "unit": {"name": f"{name}.service"}}))
+    if unit_file:
+        (tmp_path / "units").mkdir(exist_ok=True)
+        (tmp_path / "units" / f"{name}.service").write_text(HEADER)
+
+
+def params(tmp_path, name="frank-e18406", **engine):
+    unit = {"name": f"{name}.service", "command": [sys.executable], "unit_dir": str(tmp_path / "units"), "env_dir": str(tmp_path / "env")}
+    return {"unit": unit, "engine": {"name": name, **engine}, "shape": {"port": 7799}, "record_dir": str(tmp_path / "state" / name)}
+
+
+def test_a_second_engine_with_an_installed_engines_uid_is_refused_before_the_host_changes(tmp_path):
+    installed(tmp_path, "frank-primary")
+    host = Host(FakeRunner())
+    with pytest.raises(
+        StepError,
+        match=r"endpoint_container.user: frank-e18406 would run as UID 46790, the UID its name hashes to \(engine_uid\), which frank-primary "
+        r"\(kept record .*/state/frank-primary/last-good.json\) already runs as on this host: .* e.g. endpoint_container.user: '46791:46791'",
+    ):
+        deploy_endpoint(params(tmp_path), host, diff=False)
+    assert host.actions == []
+
+
+@pytest.mark.parametrize(
+    ("case", "mine", "theirs", "unit_file"),
+    [
+        ("a UID given to the new engine", {"user": "40001:40001"}, "", True),
+        ("a UID given to the installed engine", {}, "40002:40002", True),
+        ("the other endpoint's unit is gone (retired)", {}, "", False),
+    ],
+)
+def test_no_refusal_when_the_uids_differ_or_the_other_engine_is_not_installed(tmp_path, case, mine, theirs, unit_file):
+    installed(tmp_path, "frank-primary", theirs, unit_file)
+    given = params(tmp_path, **mine)
+    assert check_engine_uid(given, given["engine"]) is None, case
+
+
+@pytest.mark.parametrize("inventory", ["production", "lab", "example", "lab-standins"])
+def test_no_two_container_engines_of_one_host_in_the_inventories_share_a_uid(inventory):
+    root = ROOT / "inventories" / inventory
+    hosts = yaml.load((root / "hosts.yml").read_text(), Loader=_Inventory)
+    endpoints = (hosts["all"]["children"].get("llm_endpoints") or {}).get("hosts") or {}
+    by_host: dict[str, dict[str, str]] = {}
+    for name, host_vars in endpoints.items():
+        path = root / "host_vars" / f"{name}.yml"
+        data = {**(host_vars or {}), **(yaml.load(path.read_text(), Loader=_Inventory) if path.exists() else {})}
+        user = str((data.get("endpoint_container") or {}).get("user") or "")
+        by_host.setdefault(str(data.get("ansible_host", name)), {})[name] = user
+    assert endpoints, inventory
+    for machine, engines in by_host.items():
+        assert uid_collisions(engines) == [], (inventory, machine)
