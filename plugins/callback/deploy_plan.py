@@ -43,6 +43,7 @@ requirements:
   - enable in configuration
 """
 
+import contextlib
 from typing import Any
 
 from ansible import constants as C
@@ -51,11 +52,16 @@ from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import budget_gate  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_plan import BUDGET_ACTION, DEPLOY_ACTION, NOT_REACHED_FACT, DeployPlan, render
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.endpoint_preflight import load_role_spec
 
 # budget_gate (and through it the shape parser and every runtime driver) is imported here, in
 # Ansible's main process, before any task's worker process forks from it: the shape filters and
 # the budget on the controller find it imported in every worker instead of importing it again per
 # task and endpoint (the production fleet plan: 1.79 CPU seconds against 2.08; docs/bench.md).
+# The same for the preflight's checks and the role's argument spec they read (the action reads it
+# itself where this fails).
+with contextlib.suppress(OSError, ValueError):
+    load_role_spec()
 
 ENDPOINT_GROUP = "llm_endpoints"
 

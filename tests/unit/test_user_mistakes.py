@@ -164,6 +164,9 @@ def test_each_mistake_is_named_with_its_file_and_fix_by_the_playbook_and_the_cli
     assert "Supported parameters include" not in proc.stdout, "Ansible's argument check printed the spec"
     rows["ansible-playbook frank.llm_fleet.deploy --check --tags budget"] = message
     if name == "two endpoints on one port":
+        # Both endpoints' files, each with the line of its port.
+        assert re.search(r"also the port of my-vllm \([^)]*host_vars/my-vllm\.yml:\d+\)", message), message
+        assert re.search(r"endpoint_shape\.port \([^)]*host_vars/my-llamacpp\.yml:\d+\)", message), message
         return  # the CLI prices one endpoint; the clash is between two
     collection = user[0]
     cli = [str(collection / "bin" / "llm-fleet"), "budget", "-i", inventory.name, "--endpoint", "my-llamacpp"]
