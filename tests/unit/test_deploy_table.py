@@ -1,6 +1,6 @@
 """The deploy's closing table without the callback (plugins/plugin_utils/deploy_table.py, printed by
 playbooks/deploy.yml and deploy_fleet.yml through the action frank.llm_fleet.deploy_table), and the
-no-op proof's verdict in one line."""
+no-op proof's verdict line the callback frank.llm_fleet.deploy_plan prints as each proof arrives."""
 
 import os
 import re
@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible import context
+from test_deploy_plan import DEPLOY, Display, Host, Play, Result, Task
 
+from ansible_collections.frank.llm_fleet.plugins.callback import deploy_plan as callback
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_table import deploy_table_from_facts, endpoint_row, noop_sentence
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,3 +73,27 @@ def test_the_budget_check_prints_the_table_once_with_or_without_the_callback(tmp
     table = proc.stdout[proc.stdout.index("Fleet plan (priced only") :]
     for endpoint in ("frank-archon", "frank-zealot", "frank-dragoon"):
         assert re.search(rf"{endpoint}\s+fits\s", table), table
+
+
+@pytest.fixture
+def plan_callback(monkeypatch):
+    monkeypatch.setattr(context, "CLIARGS", {"check": False})
+    module = callback.CallbackModule()
+    module._display = Display()
+    return module
+
+
+def test_the_callback_says_what_each_proof_found_as_it_arrives(plan_callback):
+    plan_callback.v2_playbook_on_play_start(Play([Host("frank-primary"), Host("frank-secondary")]))
+    proof = Task(DEPLOY, args={"noop_check": True})
+    plan_callback.v2_runner_on_ok(Result(Host("frank-secondary"), proof, PROVEN))
+    plan_callback.v2_runner_on_ok(Result(Host("frank-primary"), proof, NOT_PROVEN))
+    # A deploy's own result is not a proof: no line.
+    plan_callback.v2_runner_on_ok(Result(Host("frank-primary"), Task(DEPLOY), {"steps": {"unit": {"changed": True}}}))
+    assert plan_callback._display.lines == [noop_sentence("frank-secondary", PROVEN), noop_sentence("frank-primary", NOT_PROVEN)]
+
+
+def test_the_proofs_line_is_not_printed_into_a_json_document(plan_callback, monkeypatch):
+    monkeypatch.setattr(callback.C.config, "get_config_value", lambda name: "ansible.builtin.json" if name == "DEFAULT_STDOUT_CALLBACK" else None)
+    plan_callback.v2_runner_on_ok(Result(Host("frank-secondary"), Task(DEPLOY, args={"noop_check": True}), PROVEN))
+    assert plan_callback._display.lines == []
