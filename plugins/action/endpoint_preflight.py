@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.endpoint_preflight import ROLE_DEFAULTS, Neighbour, port_origin, preflight
@@ -97,10 +98,10 @@ class ActionModule(ActionBase):
         """A run that reads the vaulted values: not a budget-only run (`--tags budget`), not the
         fleet plan (endpoint_budget_controller_only); the task's `secrets` argument overrides."""
         if "secrets" in self._task.args:
-            return bool(self._task.args["secrets"])
+            return boolean(self._task.args["secrets"], strict=False)
         tags = set(task_vars.get("ansible_run_tags") or ["all"])
         plan = self._templar.template(task_vars.get("endpoint_budget_controller_only", False))
-        return bool(tags - {"budget"}) and str(plan).lower() not in ("true", "yes", "1", "on")
+        return bool(tags - {"budget"}) and not boolean(plan, strict=False)
 
     def _neighbours(self, host: str, task_vars: Mapping[str, Any]) -> list[Neighbour]:
         """Every other endpoint of the inventory (whatever --limit selected): its machine, its port
