@@ -25,6 +25,9 @@ description:
     not reached (the run stopped before the play). A failed argument validation names the fields.
   - With C(--check --diff) the table is the deploy plan - what the real run would do - and
     nothing changes.
+  - As each endpoint's no-op proof (endpoint_deploy with noop_check) arrives, one line says what it
+    found - "NAME is a no-op - serving ID, healthy under MainPID N; the budget, payload and deploy
+    gates are skipped", or "NAME - full path - CHECK - why".
   - The verdicts come from the endpoint_deploy task's result (C(steps) engine, unit, probe, record,
     each with C(changed); C(rolled_back)) and from the failed gate tasks. A changed unit step is a
     restart unless it reports C(restarted) false; a change of the engine's env file or the record
@@ -43,6 +46,7 @@ requirements:
   - enable in configuration
 """
 
+import contextlib
 from typing import Any
 
 from ansible import constants as C
@@ -51,13 +55,24 @@ from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host import budget_gate  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_plan import BUDGET_ACTION, DEPLOY_ACTION, NOT_REACHED_FACT, DeployPlan, render
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.deploy_table import noop_sentence
+from ansible_collections.frank.llm_fleet.plugins.plugin_utils.endpoint_preflight import load_role_spec
 
 # budget_gate (and through it the shape parser and every runtime driver) is imported here, in
 # Ansible's main process, before any task's worker process forks from it: the shape filters and
 # the budget on the controller find it imported in every worker instead of importing it again per
 # task and endpoint (the production fleet plan: 1.79 CPU seconds against 2.08; docs/bench.md).
+# The same for the preflight's checks and the role's argument spec they read (the action reads it
+# itself where this fails).
+with contextlib.suppress(OSError, ValueError):
+    load_role_spec()
 
 ENDPOINT_GROUP = "llm_endpoints"
+
+
+def _json_stdout() -> bool:
+    """Whether the stdout callback writes JSON (a line of this callback's would break the document)."""
+    return "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK"))
 
 
 def _is_endpoint(host: Any) -> bool:
@@ -100,6 +115,9 @@ class CallbackModule(CallbackBase):
         self.plan.task_ok(name, bool(result.result.get("changed")))
         if task.resolved_action == DEPLOY_ACTION and not task.args.get("restore"):
             self.plan.deployed(name, result.result)
+            # The no-op proof's verdict, as it arrives (the role prints no line of its own).
+            if (task.args.get("noop_check") is True or "noop" in result.result) and not _json_stdout():
+                self._display.display(noop_sentence(name, result.result))
         if task.resolved_action == BUDGET_ACTION and _is_endpoint(result.host):
             self.plan.priced(name, result.result)
         why = (result.result.get("ansible_facts") or {}).get(NOT_REACHED_FACT)
@@ -121,7 +139,7 @@ class CallbackModule(CallbackBase):
             self.plan.unreachable(result.host.get_name(), result.result)
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
-        if not self.plan.has_news() or "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK")):
+        if not self.plan.has_news() or _json_stdout():
             return
         priced_only = self.plan.priced_only()
         self._display.banner("FLEET PLAN" if priced_only else "DEPLOY PLAN" if context.CLIARGS.get("check") else "DEPLOY RESULT")

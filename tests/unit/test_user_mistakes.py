@@ -165,6 +165,9 @@ def test_each_mistake_is_named_with_its_file_and_fix_by_the_playbook_and_the_cli
     assert "Supported parameters include" not in proc.stdout, "Ansible's argument check printed the spec"
     rows["ansible-playbook frank.llm_fleet.deploy --check --tags budget"] = message
     if name == "two endpoints on one port":
+        # Both endpoints' files, each with the line of its port.
+        assert re.search(r"also the port of my-vllm \([^)]*host_vars/my-vllm\.yml:\d+\)", message), message
+        assert re.search(r"endpoint_shape\.port \([^)]*host_vars/my-llamacpp\.yml:\d+\)", message), message
         return  # the CLI prices one endpoint; the clash is between two
     collection = user[0]
     cli = [str(collection / "bin" / "llm-fleet"), "budget", "-i", inventory.name, "--endpoint", "my-llamacpp"]
@@ -225,3 +228,28 @@ def test_the_cli_uses_the_users_ansible_cfg_inventory(user):
     finally:
         cfg.write_text(saved)
     assert proc.returncode == 0 and "fits: yes" in proc.stdout, proc.stdout + proc.stderr
+
+
+# A role variable (not a shape key) misspelt or of the wrong form: Ansible would ignore the first
+# and answer the second with its whole argument spec; the preflight names both first.
+ROLE_VARIABLE_MISTAKES = {
+    "a misspelt role variable": ("endpoint_helth_timeout: 120", "endpoint_helth_timeout", "did you mean endpoint_health_timeout?"),
+    "a role variable of the wrong form": ("endpoint_health_timeout: soon", "endpoint_health_timeout", "'soon' is not a whole number; fix: write"),
+}
+
+
+@pytest.mark.parametrize("name", list(ROLE_VARIABLE_MISTAKES))
+def test_a_role_variable_mistake_is_named_with_its_file_and_line_before_ansibles_check(user, report, name):
+    line, field, fix = ROLE_VARIABLE_MISTAKES[name]
+    inventory = fleet(user, re.sub(r"\W+", "-", name).strip("-"))
+    host_vars = inventory / LLAMACPP
+    host_vars.write_text(host_vars.read_text() + f"{line}\n")
+    number = len(host_vars.read_text().splitlines())
+    for extra in (["--check", "--tags", "budget"], ["--check"]):
+        proc = playbook(user, inventory, *extra)
+        assert proc.returncode == 2, proc.stdout[-3000:]
+        message = refusal(proc)
+        assert f"{field} (" in message and f"{LLAMACPP}:{number})" in message and fix in message, message
+        assert "Supported parameters include" not in proc.stdout and "Validation of arguments failed" not in proc.stdout, proc.stdout[-3000:]
+        assert "Traceback" not in proc.stdout + proc.stderr
+    report.setdefault(name, {})["ansible-playbook frank.llm_fleet.deploy --check"] = message
