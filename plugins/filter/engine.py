@@ -11,12 +11,14 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.client_contract import client_window
 from ansible_collections.frank.llm_fleet.plugins.module_utils.budget.ledger import reconcile_devices
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.firewall import PolicyError, bind_policy
+from ansible_collections.frank.llm_fleet.plugins.module_utils.payload.manifest import ManifestError, parse_manifest
 from ansible_collections.frank.llm_fleet.plugins.module_utils.runtimes.registry import (
     ArgvError,
     engine_argv,
     engine_environment,
     parse_boot_log,
     parse_shape,
+    payload_identity,
     prices_on_controller,
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.shape.model import ShapeError
@@ -83,6 +85,18 @@ def _prices_on_controller(shape: Any) -> bool:
     return prices_on_controller(shape)
 
 
+def _payload_pinned(shape: Any, manifest: Any) -> bool:
+    """Whether every payload path the shape names is in the pinned manifest (a mapping). Without a
+    manifest, or with a shape or manifest that does not parse, true: the gates that read them name
+    what is wrong (the budget's identity check, the shape gate)."""
+    if not isinstance(manifest, dict):
+        return True
+    try:
+        return not payload_identity(shape, parse_manifest(manifest)).mismatches
+    except (ShapeError, ManifestError, ValueError):
+        return True
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -90,6 +104,7 @@ class FilterModule:
             "engine_argv": _engine_argv,
             "engine_environment": _engine_environment,
             "prices_on_controller": _prices_on_controller,
+            "payload_pinned": _payload_pinned,
             "endpoint_devices": _endpoint_devices,
             "client_window": _client_window,
             "boot_ledger": _boot_ledger,

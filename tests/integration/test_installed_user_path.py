@@ -110,15 +110,18 @@ def test_a_new_user_fills_the_example_prices_it_from_the_hub_and_reads_each_refu
         assert ledger(out, "my-llamacpp").count("fits: yes") == 1 and ledger(out, "my-vllm").count("fits: yes") == 1
         assert not Path("/srv/models/my-llamacpp").exists() and not Path("/srv/models/my-vllm").exists()
 
-        # A misnamed model file: refused before any download (the Hub's tree is read first, with no
-        # geometry given), naming the key and the closest name; the second endpoint is still priced.
+        # A misnamed model file: refused before any download and before any Hub request (the pinned
+        # manifest is checked first), naming the key and the closest name; the second endpoint is
+        # still priced.
         edit(llamacpp, "model_file: tiny.gguf ", "model_file: tiny.ggfu ")
+        requests_before = dict(hub.bytes_served)
         proc = run(str(BIN / "ansible-playbook"), "frank.llm_fleet.plan")
         out = proc.stdout
         assert proc.returncode == 2, out[-4000:] + proc.stderr
         rows = plan_rows(out)
-        said = "model_file: tiny.ggfu is not in the repo at this revision (HTTP 404); did you mean 'tiny.gguf'?"
+        said = "payload identity: endpoint_shape.model_file: 'tiny.ggfu' is not in the manifest; did you mean 'tiny.gguf'?"
         assert rows["my-llamacpp"].startswith("refused by a gate ") and said in rows["my-llamacpp"], rows
+        assert hub.bytes_served.get("tiny.gguf", 0) == requests_before.get("tiny.gguf", 0)
         assert rows["my-vllm"].startswith("fits ") and "fits: yes" in ledger(out, "my-vllm"), rows
 
         # The installed CLI, by its documented command, from the same directory (its ansible.cfg and

@@ -91,6 +91,9 @@ def test_a_shape_the_controller_cannot_price_is_refused_naming_what_to_declare(t
     text = host_vars.read_text()
     data = yaml.safe_load(text.split("# Vaulted", 1)[0])
     del data["endpoint_shape"]["model_geometry"]
+    # Its model file named as the manifest lists it: a misnamed file is refused first, by the
+    # identity check (the test above), whatever else the shape lacks.
+    data["endpoint_shape"]["model_file"] = data["endpoint_shape"]["model_file"].replace(".ggfu", ".gguf")
     # Not from the Hub either (the next test prices such a shape from the Hub emulator).
     data["endpoint_hub_pricing"] = "never"
     host_vars.write_text(yaml.safe_dump(data))
