@@ -13,6 +13,11 @@ description:
   - Compares each prompt shape's text across the configurations of C(playbooks/spec_ab.yml) - a
     configuration whose text differs from the first one's, an empty answer, an error answer or a
     configuration that did not boot fails the task, naming each.
+  - A text that first differs where the baseline's first and second choice were within O(tie_margin)
+    nats, and that took exactly the runner-up, is a numeric tie (a drafter's batched verification
+    rounds otherwise than one-token decode), shown as C(tie@N) and not a failure. It needs the
+    answers' token log-probabilities, which M(frank.llm_fleet.qualify_spec_probe) asks for at
+    temperature 0; without them any difference fails.
   - Writes the table (config, shape, tokens, decode tok/s, acceptance, copy ratio, free memory at
     boot and under load, identical) and the runs as JSON to O(results_dir), before judging.
   - Runs where the results live, normally the controller (C(delegate_to=localhost)).
@@ -42,6 +47,10 @@ options:
     description: The endpoint's name (the files' prefix).
     type: str
     required: true
+  tie_margin:
+    description: Nats between the baseline's top two choices within which a divergence is a numeric tie.
+    type: float
+    default: 0.05
 """
 
 EXAMPLES = r"""
@@ -80,7 +89,9 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import 
 
 def core(call) -> dict:
     p = call.params
-    failures, table = compare(p["runs"])
+    if not 0 <= p["tie_margin"] <= 1:
+        raise StepError(f"tie_margin: {p['tie_margin']} is not between 0 and 1 nats (qualify_spec_tie_margin; 0 compares strictly)")
+    failures, table = compare(p["runs"], p["tie_margin"])
     where = {name: os.path.join(p["results_dir"], f"{p['endpoint']}.spec_ab.{ext}") for name, ext in (("json", "json"), ("table", "txt"))}
     if not call.check_mode:
         os.makedirs(p["results_dir"], exist_ok=True)
@@ -98,6 +109,7 @@ def main() -> None:
             "runs": {"type": "list", "elements": "dict", "required": True},
             "results_dir": {"type": "path", "required": True},
             "endpoint": {"type": "str", "required": True},
+            "tie_margin": {"type": "float", "default": 0.05},
         },
         core,
         errors=(OSError,),

@@ -15,6 +15,9 @@ description:
     the greedy identity check); echo and structured with thinking switched off.
   - Returns each answer's text, completion tokens, decode tok/s, the engine's draft counts where it
     reports them, the echo's copy ratio, and free memory per device at the start and under load.
+  - At temperature 0 each answer also carries its tokens' top two log-probabilities as C(tokens)
+    (per token the chosen and the runner-up bytes as hex and the margin in nats), asked as the
+    OpenAI C(logprobs) fields, so the compare can tell a numeric tie from a drafter's error.
   - Runs on the endpoint's host, against its own port. Never fails on what it measures;
     M(frank.llm_fleet.qualify_spec_compare) judges.
 author:
@@ -88,7 +91,7 @@ RETURN = r"""
 run:
   description:
     - C(answers), per shape - C(shape), C(text), C(completion_tokens), C(decode_tps), C(draft_n),
-      C(draft_accepted), C(copy_ratio), C(error); C(free_at_boot) and C(free_under_load).
+      C(draft_accepted), C(copy_ratio), C(tokens), C(error); C(free_at_boot) and C(free_under_load).
   returned: success
   type: dict
 """

@@ -77,3 +77,83 @@ def test_the_quality_gate_refuses_a_lost_needle_and_a_divergence_past_the_thresh
         "candidate diverges from baseline by 0.571 on the short battery, past the threshold 0.25",
     ]
     assert table.splitlines()[1].split() == ["needle", "found", "missed", "-"]
+
+
+def tokens(*pieces: tuple[str, str, float]) -> list[list]:
+    """[chosen, runner-up, margin] per token, as `token_choices` stores them (bytes as hex)."""
+    return [[chosen.encode().hex(), runner_up.encode().hex(), margin] for chosen, runner_up, margin in pieces]
+
+
+def greedy_run(name: str, prose: str, prose_tokens: list[list]) -> dict:
+    answer = {"shape": "prose", "text": prose, "completion_tokens": len(prose_tokens), "tokens": prose_tokens}
+    return {"name": name, "booted": True, "answers": [answer]}
+
+
+# The baseline's "shape" had "slot" 0.004 nats behind it: a tie; "." after "per" was 2.1 nats ahead of "!".
+BASELINE = greedy_run(
+    "none", "A record per shape.", tokens(("A", "The", 0.8), (" record", " list", 1.3), (" per", " of", 0.6), (" shape", " slot", 0.004), (".", "!", 2.1))
+)
+
+
+def test_a_divergence_at_a_near_tie_taking_the_runner_up_is_a_tie_not_a_failure():
+    drafted = greedy_run(
+        "draft", "A record per slot.", tokens(("A", "The", 0.8), (" record", " list", 1.3), (" per", " of", 0.6), (" slot", " shape", 0.003), (".", "!", 2.0))
+    )
+    failures, table = spec_ab.compare([BASELINE, drafted])
+    assert failures == []
+    assert table.splitlines()[2].split()[0] == "draft" and table.splitlines()[2].endswith("tie@14 (0.0040 nats)")
+    # Strict comparison (tie_margin 0) fails it, naming the character.
+    failures, _table = spec_ab.compare([BASELINE, drafted], tie_margin=0.0)
+    assert failures == ["draft prose: the greedy text differs from none's at character 14"]
+
+
+def test_a_divergence_where_the_baseline_was_sure_or_that_took_another_token_fails():
+    # At "." the baseline led by 2.1 nats: a drafter that ends with "!" is wrong, not rounding.
+    sure = greedy_run(
+        "draft", "A record per shape!", tokens(("A", "The", 0.8), (" record", " list", 1.3), (" per", " of", 0.6), (" shape", " slot", 0.004), ("!", ".", 0.1))
+    )
+    # At " shape" the tie was with " slot"; " state" is neither of the baseline's top two.
+    other = greedy_run(
+        "ngram", "A record per state.", tokens(("A", "The", 0.8), (" record", " list", 1.3), (" per", " of", 0.6), (" state", " shape", 0.001), (".", "!", 2.0))
+    )
+    failures, _table = spec_ab.compare([BASELINE, sure, other])
+    assert failures == [
+        "draft prose: the greedy text differs from none's at character 18",
+        "ngram prose: the greedy text differs from none's at character 14",
+    ]
+
+
+def test_without_token_log_probabilities_or_with_tokens_that_do_not_spell_the_text_any_difference_fails():
+    untokenized = {"name": "draft", "booted": True, "answers": [{"shape": "prose", "text": "A record per slot.", "completion_tokens": 5}]}
+    misspelt = greedy_run(
+        "chain", "A record per slot.", tokens(("A", "The", 0.8), (" record", " list", 1.3), (" per", " of", 0.6), (" slot", " shape", 0.003))
+    )  # no "."
+    failures, _table = spec_ab.compare([BASELINE, untokenized, misspelt])
+    assert failures == [
+        "draft prose: the greedy text differs from none's at character 14",
+        "chain prose: the greedy text differs from none's at character 14",
+    ]
+
+
+def test_token_choices_read_the_openai_logprobs_fields_and_a_token_split_inside_a_character():
+    answer = {
+        "choices": [
+            {
+                "logprobs": {
+                    "content": [
+                        {
+                            "token": "A",
+                            "logprob": -0.5,
+                            "bytes": [65],
+                            "top_logprobs": [{"token": "A", "logprob": -0.5, "bytes": [65]}, {"token": "B", "logprob": -0.75, "bytes": [66]}],
+                        },
+                        # "é" (c3 a9) as two byte tokens: the token text is not valid UTF-8 alone.
+                        {"token": "\ufffd", "logprob": -1.0, "bytes": [0xC3], "top_logprobs": [{"token": "\ufffd", "logprob": -1.0, "bytes": [0xC3]}]},
+                        {"token": "\ufffd", "logprob": -0.1, "bytes": [0xA9], "top_logprobs": []},
+                    ]
+                }
+            }
+        ]
+    }
+    assert spec_ab.token_choices(answer) == [["41", "42", 0.25], ["c3", "", None], ["a9", "", None]]
+    assert spec_ab.token_choices({"choices": [{"message": {"content": "A"}}]}) is None

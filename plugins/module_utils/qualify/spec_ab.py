@@ -12,7 +12,14 @@ no configuration is served from another's prompt cache.
 
 `ask_shapes` runs on the host against the configuration serving now; `compare` judges the runs:
 greedy text that differs between configurations for one shape fails, and so does an empty answer
-(never a silent pass).
+(never a silent pass). One divergence is not the drafter's: a numeric tie. A drafter's tokens are
+verified as one batch, and a batch's matrix products add in another order than one token's
+(llama.cpp's CPU and CUDA kernels pick their path by batch size), so where the baseline's first
+and second choice are within rounding of each other the verified run may take the second. Greedy
+answers carry each token's top two log-probabilities (the OpenAI `logprobs` fields both engines
+serve); a text that first differs where the baseline's top two were within `tie_margin` nats and
+took exactly the baseline's runner-up is reported as a tie at that character, not a failure (the
+text after it can no longer be compared). Anything else that differs fails.
 """
 
 from __future__ import annotations
@@ -36,6 +43,55 @@ SHAPES: dict[str, str] = {
 }
 # The shapes whose answer must be content, not reasoning: thinking is switched off for them.
 NO_THINKING = ("echo", "structured")
+# Nats between the baseline's first and second choice within which a verified batch may round the
+# other way (a 5% probability ratio; f32 CPU kernels differ by ~1e-4, bf16 GPU ones by ~1e-2).
+TIE_MARGIN = 0.05
+
+
+def greedy(sampling: dict[str, Any]) -> bool:
+    return float(sampling.get("temperature", 1.0)) == 0.0
+
+
+def token_choices(answer: dict[str, Any]) -> list[list[Any]] | None:
+    """Per generated token: [its bytes as hex, the runner-up's bytes as hex, the margin in nats]
+    from the answer's OpenAI `logprobs.content`; None when the engine sent none."""
+    content = ((answer.get("choices") or [{}])[0].get("logprobs") or {}).get("content")
+    if not isinstance(content, list) or not content:
+        return None
+    choices = []
+    for entry in content:
+        if not isinstance(entry, dict) or "logprob" not in entry:
+            return None
+        chosen = bytes(entry.get("bytes") or str(entry.get("token", "")).encode())
+        others = [t for t in entry.get("top_logprobs") or [] if isinstance(t, dict) and bytes(t.get("bytes") or str(t.get("token", "")).encode()) != chosen]
+        if others:
+            best = max(others, key=lambda t: float(t.get("logprob", float("-inf"))))
+            runner_up = bytes(best.get("bytes") or str(best.get("token", "")).encode()).hex()
+            margin = round(float(entry["logprob"]) - float(best.get("logprob", float("-inf"))), 6)
+        else:
+            runner_up, margin = "", None
+        choices.append([chosen.hex(), runner_up, margin])
+    return choices
+
+
+def tie_at(text: str, baseline: dict[str, Any], answer: dict[str, Any], at: int, tie_margin: float) -> float | None:
+    """The baseline's margin where `answer` first differs from it (character `at`), when that is a
+    numeric tie: the answer took the baseline's runner-up there, within tie_margin. Else None."""
+    mine, theirs = answer.get("tokens"), baseline.get("tokens")
+    if not mine or not theirs:
+        return None
+    # Byte offsets: a token may be part of a character; the tokens must spell each text exactly.
+    if b"".join(bytes.fromhex(t[0]) for t in theirs) != baseline["text"].encode() or b"".join(bytes.fromhex(t[0]) for t in mine) != text.encode():
+        return None
+    offset, where = len(text[:at].encode()), 0
+    for index, (chosen, runner_up, margin) in enumerate(theirs):
+        end = where + len(bytes.fromhex(chosen))
+        if end > offset:
+            same_before = index < len(mine) and all(mine[i][0] == theirs[i][0] for i in range(index))
+            took_runner_up = index < len(mine) and mine[index][0] == runner_up
+            return margin if same_before and took_runner_up and margin is not None and margin <= tie_margin else None
+        where = end
+    return None
 
 
 def copy_ratio(text: str) -> float:
@@ -64,6 +120,8 @@ def ask(
         "max_tokens": max_tokens,
         "stream": False,
     }
+    if greedy(sampling):
+        body.update(logprobs=True, top_logprobs=2)  # to tell a numeric tie from a drafter's error
     if shape not in SHAPES or shape in NO_THINKING:
         body.update(no_thinking)  # answers that must be content: every prompt but prose
     started = time.monotonic()
@@ -83,6 +141,9 @@ def ask(
         found["draft_accepted"] = int(timings.get("draft_n_accepted", 0))
     if shape == "echo":
         found["copy_ratio"] = copy_ratio(found["text"])
+    choices = token_choices(answer) if greedy(sampling) else None
+    if choices:
+        found["tokens"] = choices
     return found
 
 
@@ -110,11 +171,12 @@ def acceptance(answer: dict[str, Any]) -> float | None:
     return round(answer.get("draft_accepted", 0) / drafted, 3) if drafted else None
 
 
-def compare(runs: list[dict[str, Any]]) -> tuple[list[str], str]:
+def compare(runs: list[dict[str, Any]], tie_margin: float = TIE_MARGIN) -> tuple[list[str], str]:
     """(failures, table) over the configurations' runs, each {name, booted, why, answers, free_*}.
-    A configuration that did not boot is a failure too: its text was never compared."""
+    A configuration that did not boot is a failure too: its text was never compared. A text that
+    first differs at a numeric tie of the baseline's (see the module's docstring) reads `tie@N`."""
     failures: list[str] = []
-    baseline: dict[str, tuple[str, str]] = {}
+    baseline: dict[str, tuple[str, dict[str, Any]]] = {}
     rows = [("config", "shape", "tokens", "decode tok/s", "accepted", "copy ratio", "free at boot MiB", "free under load MiB", "identical")]
     for run in runs:
         if not run.get("booted"):
@@ -128,13 +190,17 @@ def compare(runs: list[dict[str, Any]]) -> tuple[list[str], str]:
             elif not text.strip():
                 failures.append(f"{run['name']} {shape}: EMPTY answer (an empty text proves nothing; give the shape more max_tokens or switch thinking off)")
             elif shape not in baseline:
-                baseline[shape] = (run["name"], text)
+                baseline[shape] = (run["name"], answer)
                 same = "baseline"
-            elif text != baseline[shape][1]:
+            elif text != baseline[shape][1]["text"]:
                 first, other = baseline[shape]
-                at = next((i for i, (a, b) in enumerate(zip(text, other)) if a != b), min(len(text), len(other)))
-                failures.append(f"{run['name']} {shape}: the greedy text differs from {first}'s at character {at}")
-                same = "NO"
+                at = next((i for i, (a, b) in enumerate(zip(text, other["text"])) if a != b), min(len(text), len(other["text"])))
+                margin = tie_at(text, other, answer, at, tie_margin)
+                if margin is None:
+                    failures.append(f"{run['name']} {shape}: the greedy text differs from {first}'s at character {at}")
+                    same = "NO"
+                else:
+                    same = f"tie@{at} ({margin:.4f} nats)"
             else:
                 same = "yes"
             rows.append(
