@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import stat
 import sys
 import threading
@@ -369,6 +370,9 @@ def main(argv: list[str]) -> int:
     server = ThreadingHTTPServer((engine.host, engine.port), make_handler(engine))
     server.daemon_threads = True
     say(f"{engine.kind} stand-in serving {engine.served_id} on {engine.host}:{engine.port} (window {engine.window})")
+    # As a container's PID 1 a signal with no handler is ignored, so `podman stop` would wait out its
+    # timeout and kill; the engines it stands in for exit on SIGTERM.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
     return 0
