@@ -21,7 +21,8 @@ import yaml
 from lab_fleet import start_hosts, stop_hosts
 from lab_host import LAB_INVENTORY, env, failures, on_host, playbook, require_lab_host
 
-pytestmark = pytest.mark.lab
+# A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
+pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
 
 require_lab_host()
 

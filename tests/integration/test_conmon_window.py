@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 import pytest
 from lab_host import extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host
 
-pytestmark = pytest.mark.lab
+# A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
+pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
 
 require_lab_host()
 

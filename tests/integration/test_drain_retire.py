@@ -22,7 +22,8 @@ import pytest
 from lab_host import extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, unit_property, write_endpoint_vars
 from lab_stream import start_stream, stop_streams, tokens_lasting
 
-pytestmark = pytest.mark.lab
+# A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
+pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
 
 require_lab_host()
 

@@ -13,7 +13,8 @@ import subprocess
 import pytest
 from lab_host import BIN, HOST, LAB_INVENTORY, ROOT, env, on_host, require_lab_host, unit_property
 
-pytestmark = pytest.mark.lab
+# A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
+pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
 
 require_lab_host()
 

@@ -17,7 +17,8 @@ import yaml
 from lab_fleet import NODE_PORT, fleet_inventory, host_name, node_name, start_hosts, stop_hosts
 from lab_host import env, failures, on_host, playbook, remove_endpoint, require_lab_host, served
 
-pytestmark = pytest.mark.lab
+# A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
+pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
 
 require_lab_host()
 

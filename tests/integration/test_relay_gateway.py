@@ -27,7 +27,8 @@ import subprocess
 import pytest
 from lab_host import HOST, OUTSIDE_NETNS, dropped_from_outside, env, failures, lab_addresses, on_host, playbook, require_lab_host, unit_property
 
-pytestmark = pytest.mark.lab
+# A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
+pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
 
 require_lab_host()
 

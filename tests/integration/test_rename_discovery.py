@@ -14,7 +14,8 @@ import json
 import pytest
 from lab_host import extra_endpoint_inventory, failures, lab_addresses, on_host, playbook, remove_endpoint, require_lab_host, served, unit_property
 
-pytestmark = pytest.mark.lab
+# A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
+pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
 
 require_lab_host()
 

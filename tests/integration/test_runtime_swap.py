@@ -12,7 +12,8 @@ import json
 import pytest
 from lab_host import ROOT, extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, served, unit_property, write_endpoint_vars
 
-pytestmark = pytest.mark.lab
+# A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
+pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
 
 require_lab_host()
 
