@@ -165,7 +165,7 @@ def cmd_exact(limit: int | None) -> int:
     models = {model["model"]: model for model in _jsonl(CORPUS / "models.jsonl")}
     for count, case in enumerate(todo[:limit] if limit else todo, 1):
         start = time.monotonic()
-        exact, _ = parse(boot(case, models[case["model"]], graphs=False))
+        exact = parse(boot(case, models[case["model"]], graphs=False))[0]
         if exact is None:
             print(f"[exact] {case['id']}: no byte count printed (did the engine serve?); nothing stored", file=sys.stderr, flush=True)
             continue

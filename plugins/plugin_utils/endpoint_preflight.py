@@ -185,7 +185,8 @@ def removed_names_problem(names: Iterable[str]) -> str:
     ]
     for name in old:
         match = OLD_ROLE_VAR.match(name)
-        assert match is not None
+        if match is None:  # `old` holds only names OLD_ROLE_VAR matched
+            continue
         endpoint, suffix = match.group(1), match.group(2)
         target = f"frank-{endpoint}"
         if suffix == "name":

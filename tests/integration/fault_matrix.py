@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The lab fault matrix (docs/lab.md, "Fault matrix"): every fault of the resilience and security
 passes (issues 29 and 33) that an operator or an attacker meets, each row run as its lab test,
 timed, with its verdict, ending in one table.

@@ -395,6 +395,12 @@ class _State:
     offset: int = 0
 
 
+def _view_root(view: Tensor) -> Tensor:
+    if view.view_src is None:
+        raise ValueError(f"{view.name}: not a view")
+    return view.view_src
+
+
 def graph_peak(graph: Graph, alignment: int, trace: list[tuple[str, str, int, int]] | None = None, offsets: dict[int, int] | None = None) -> int:
     """The bytes `ggml_gallocr_reserve_n` sizes one buffer to for this graph. `trace`, when given,
     receives (alloc | inplace | free, tensor name, offset, bytes) in order; `offsets` receives each
@@ -425,8 +431,7 @@ def graph_peak(graph: Graph, alignment: int, trace: list[tuple[str, str, int, in
                 if not node.same_layout(parent) or p_hn.children != 1 or p_hn.views != 0:
                     continue
                 if parent.is_view:
-                    root = parent.view_src
-                    assert root is not None
+                    root = _view_root(parent)
                     r_hn = st(root)
                     if r_hn.views == 1 and r_hn.children == 0:
                         hn.offset = r_hn.offset
@@ -479,8 +484,7 @@ def graph_peak(graph: Graph, alignment: int, trace: list[tuple[str, str, int, in
             if p_hn.children or p_hn.views:
                 continue
             if parent.is_view:
-                root = parent.view_src
-                assert root is not None
+                root = _view_root(parent)
                 r_hn = st(root)
                 r_hn.views -= 1
                 if r_hn.views == 0 and r_hn.children == 0 and r_hn.allocated:
