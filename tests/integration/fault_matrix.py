@@ -10,7 +10,8 @@ Each row is its own pytest run (`-s`, so a test's measured figures are printed),
 start of that run to its end, the lab's lock (`--lock`) taken per row, so others' lab work can run
 between rows. A row's figures (the lines its test prints) go in the table's last column; the whole
 output of each row is written under `--logs`. The exit status is 1 when any row failed. Not part
-of `make test`: its rows are (most of them run there too); this is the one table."""
+of `make test`: ten of its rows run there too, and the eight marked `fault_row` (pytest.ini) run
+only here."""
 
 from __future__ import annotations
 
