@@ -83,7 +83,7 @@ import os
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import write_atomically
 from ansible_collections.frank.llm_fleet.plugins.module_utils.module_entry import run_module
-from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.spec_ab import compare
+from ansible_collections.frank.llm_fleet.plugins.module_utils.qualify.spec_ab import TIE_MARGIN, compare
 from ansible_collections.frank.llm_fleet.plugins.module_utils.step_error import StepError
 
 
@@ -109,7 +109,7 @@ def main() -> None:
             "runs": {"type": "list", "elements": "dict", "required": True},
             "results_dir": {"type": "path", "required": True},
             "endpoint": {"type": "str", "required": True},
-            "tie_margin": {"type": "float", "default": 0.05},
+            "tie_margin": {"type": "float", "default": TIE_MARGIN},
         },
         core,
         errors=(OSError,),

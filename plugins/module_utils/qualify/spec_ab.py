@@ -52,6 +52,12 @@ def greedy(sampling: dict[str, Any]) -> bool:
     return float(sampling.get("temperature", 1.0)) == 0.0
 
 
+def _token_bytes(entry: dict[str, Any]) -> bytes:
+    """A logprobs entry's token as bytes: its `bytes` field (a token may be part of a character),
+    else its text."""
+    return bytes(entry.get("bytes") or str(entry.get("token", "")).encode())
+
+
 def token_choices(answer: dict[str, Any]) -> list[list[Any]] | None:
     """Per generated token: [its bytes as hex, the runner-up's bytes as hex, the margin in nats]
     from the answer's OpenAI `logprobs.content`; None when the engine sent none."""
@@ -62,11 +68,11 @@ def token_choices(answer: dict[str, Any]) -> list[list[Any]] | None:
     for entry in content:
         if not isinstance(entry, dict) or "logprob" not in entry:
             return None
-        chosen = bytes(entry.get("bytes") or str(entry.get("token", "")).encode())
-        others = [t for t in entry.get("top_logprobs") or [] if isinstance(t, dict) and bytes(t.get("bytes") or str(t.get("token", "")).encode()) != chosen]
+        chosen = _token_bytes(entry)
+        others = [t for t in entry.get("top_logprobs") or [] if isinstance(t, dict) and _token_bytes(t) != chosen]
         if others:
             best = max(others, key=lambda t: float(t.get("logprob", float("-inf"))))
-            runner_up = bytes(best.get("bytes") or str(best.get("token", "")).encode()).hex()
+            runner_up = _token_bytes(best).hex()
             margin = round(float(entry["logprob"]) - float(best.get("logprob", float("-inf"))), 6)
         else:
             runner_up, margin = "", None
@@ -120,7 +126,8 @@ def ask(
         "max_tokens": max_tokens,
         "stream": False,
     }
-    if greedy(sampling):
+    wants_tokens = greedy(sampling)
+    if wants_tokens:
         body.update(logprobs=True, top_logprobs=2)  # to tell a numeric tie from a drafter's error
     if shape not in SHAPES or shape in NO_THINKING:
         body.update(no_thinking)  # answers that must be content: every prompt but prose
@@ -141,7 +148,7 @@ def ask(
         found["draft_accepted"] = int(timings.get("draft_n_accepted", 0))
     if shape == "echo":
         found["copy_ratio"] = copy_ratio(found["text"])
-    choices = token_choices(answer) if greedy(sampling) else None
+    choices = token_choices(answer) if wants_tokens else None
     if choices:
         found["tokens"] = choices
     return found
