@@ -3,11 +3,17 @@
 A drain test needs a stream still in flight when the deploy reaches its drain, and finished well
 before the drain's timeout. A fixed token count does that only at one machine speed: on the lab's
 tiny model decode slows with depth (3,000 tokens took 1.7 s, 32,747 took 259 s), and a loaded
-machine is slower still. So the count is derived from the engine's own decode timings, measured
-just before (`timings.predicted_ms` of two short answers: a per-token cost that grows linearly with
-depth), for a stream lasting about the seconds asked; and a test whose stream ended before the
-drain repeats with a longer one instead of failing (that says the stream was short, not that the
-drain is wrong)."""
+machine is slower still. So the count is derived from the engine's own decode timings
+(`timings.predicted_ms`), measured just before on answers that double in length until one takes a
+measurable share of the time asked; and a test whose stream ended before the drain repeats with a
+longer one instead of failing (that says the stream was short, not that the drain is wrong).
+
+The extrapolation errs short, never long: per-token cost grows with depth, at most linearly (an
+attention read per cached token), so n tokens that took t seconds put N >= n tokens at no more than
+t * (N / n)^2. Fitting two short probes instead (what this did before) let noise on a loaded
+machine flatten the fit to a line, which took the whole 32,704-token window for "~40 s" and
+outlasted the drain's 600 s timeout. The speed measured holds for the next stream only if the engine
+decodes on one thread (its callers' shapes say why)."""
 
 from __future__ import annotations
 
@@ -19,9 +25,11 @@ from pathlib import Path
 
 from lab_host import HOST, env, on_host
 
-# Decode timings are measured at these lengths: short enough to cost about a second, far enough
-# apart to see the per-token cost grow with depth.
-PROBE_TOKENS = (1000, 3000)
+# The first probe's length, and the share of the asked time the last probe must take: a probe of
+# 1/16 of the time puts the answer at most 4 times its length (seconds on an idle lab, 1000 -> 4000
+# tokens; fewer doublings' worth on a loaded one).
+FIRST_PROBE_TOKENS = 1000
+PROBE_SHARE = 1 / 16
 
 
 def _auth(key: str) -> list[str]:
@@ -38,15 +46,17 @@ def decode_ms(port: int, model: str, tokens: int, key: str = "") -> float:
 
 
 def tokens_lasting(port: int, model: str, seconds: float, cap: int, key: str = "") -> int:
-    """About how many tokens one stream decodes in `seconds` on this engine now: from two timed
-    answers, time(n) = a*n + b*n^2 (a per-token cost growing linearly with depth), solved for n;
-    at least the longer probe, at most `cap` (the slot's window less the prompt)."""
-    n1, n2 = PROBE_TOKENS
-    t1, t2 = decode_ms(port, model, n1, key) / 1000, decode_ms(port, model, n2, key) / 1000
-    b = max((t2 / n2 - t1 / n1) / (n2 - n1), 0.0)
-    a = max(t1 / n1 - b * n1, 1e-6)
-    n = seconds / a if b == 0 else (-a + math.sqrt(a * a + 4 * b * seconds)) / (2 * b)
-    return int(min(max(n, n2), cap))
+    """About how many tokens one stream decodes in at most `seconds` on this engine now: answers of
+    doubling length until one takes PROBE_SHARE of `seconds` (or reaches `cap`), then the quadratic
+    bound from that one, n * sqrt(seconds / t); at least the last probe, at most `cap` (the slot's
+    window less the prompt)."""
+    tokens = min(FIRST_PROBE_TOKENS, cap)
+    while True:
+        took = decode_ms(port, model, tokens, key) / 1000
+        if took >= PROBE_SHARE * seconds or tokens >= cap:
+            break
+        tokens = min(2 * tokens, cap)
+    return int(min(max(tokens * math.sqrt(seconds / max(took, 1e-3)), tokens), cap))
 
 
 def start_stream(tmp_path: Path, name: str, port: int, tokens: int, out: str, key: str = "") -> None:
