@@ -1,4 +1,4 @@
-"""One UID per container engine on a host: engine_uid hashes a name into 20,000 UIDs, so two names
+"""One UID per engine on a host. Containers: engine_uid hashes a name into 20,000 UIDs, so two names
 can draw the same one (frank-e18406 draws frank-primary's 46790; lab-node1 and lab-node47 share
 41474). A deploy refuses an engine whose UID another installed engine of the host runs as, naming
 both and a free UID; the inventories' engines have none in common per host."""
@@ -38,12 +38,12 @@ def test_two_names_can_hash_to_one_uid_and_a_given_user_settles_it():
     assert free_engine_uid({46790, 46791}, "frank-primary") == 46792
 
 
-def installed(tmp_path, name, user="", unit_file=True):
+def installed(tmp_path, name, user="", unit_file=True, port=7770):
     """Another endpoint on the host: its kept record (engine and unit) and its unit file."""
     record = tmp_path / "state" / name / "last-good.json"
     record.parent.mkdir(parents=True)
     engine = {"name": name, **({"user": user} if user else {})}
-    record.write_text(json.dumps({"shape": {"port": 7770}, "engine": engine, "unit": {"name": f"{name}.service"}}))
+    record.write_text(json.dumps({"shape": {"port": port}, "engine": engine, "unit": {"name": f"{name}.service"}}))
     if unit_file:
         (tmp_path / "units").mkdir(exist_ok=True)
         (tmp_path / "units" / f"{name}.service").write_text(HEADER)
@@ -94,3 +94,72 @@ def test_no_two_container_engines_of_one_host_in_the_inventories_share_a_uid(inv
     assert endpoints, inventory
     for machine, engines in by_host.items():
         assert uid_collisions(engines) == [], (inventory, machine)
+
+
+def installed_native(tmp_path, name, user="", port=7770):
+    """Another endpoint on the host whose engine runs natively: its kept record has no engine, and
+    its unit's User= is `user` (none: root)."""
+    record = tmp_path / "state" / name / "last-good.json"
+    record.parent.mkdir(parents=True)
+    unit = {"name": f"{name}.service", **({"user": user} if user else {})}
+    record.write_text(json.dumps({"shape": {"port": port}, "engine": None, "unit": unit}))
+    (tmp_path / "units").mkdir(exist_ok=True)
+    (tmp_path / "units" / f"{name}.service").write_text(HEADER)
+
+
+def native_params(tmp_path, name="frank-zealot", user="", **extra):
+    given = params(tmp_path, name)
+    given["engine"] = None
+    if user:
+        given["unit"]["user"] = user
+    return {**given, **extra}
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "shown"),
+    [
+        ("", "", r"root, its unit having no User= \(endpoint_user empty\)"),
+        ("nobody", "nobody", r"UID 65534, its unit's User=nobody \(endpoint_user\)"),
+        ("llm-not-on-this-host", "llm-not-on-this-host", r"user llm-not-on-this-host, its unit.s User=llm-not-on-this-host \(endpoint_user\)"),
+    ],
+)
+def test_two_native_engines_of_one_user_are_refused_before_the_host_changes(tmp_path, mine, theirs, shown):
+    installed_native(tmp_path, "frank-large", theirs)
+    host = Host(FakeRunner())
+    with pytest.raises(
+        StepError,
+        match=rf"endpoint_user: frank-zealot would run as .*{shown}, which frank-large \(kept record .*/state/frank-large/last-good.json\) "
+        r"already runs as on this host: .* e.g. endpoint_user: a system user only frank-zealot runs as",
+    ):
+        deploy_endpoint(native_params(tmp_path, user=mine), host, diff=False)
+    assert host.actions == []
+
+
+@pytest.mark.parametrize(
+    ("case", "mine", "theirs", "extra", "port"),
+    [
+        ("users of their own", "nobody", "daemon", {}, 7770),
+        ("root and a service user (molecule's fleet host)", "", "nobody", {}, 7770),
+        ("the old unit of a rename, which this deploy retires", "nobody", "nobody", {}, 7799),
+        ("a unit this deploy retires by name", "nobody", "nobody", {"retire_units": ["frank-large.service"]}, 7770),
+    ],
+)
+def test_no_refusal_for_native_engines_of_different_users_or_a_unit_this_deploy_retires(tmp_path, case, mine, theirs, extra, port):
+    installed_native(tmp_path, "frank-large", theirs, port)
+    given = native_params(tmp_path, user=mine, **extra)
+    assert check_engine_uid(given, given["engine"]) is None, case
+
+
+def test_a_native_engine_and_a_container_of_one_uid_are_refused(tmp_path):
+    """UIDs are one space: a container given UID 65534 and a native engine running as nobody."""
+    installed(tmp_path, "frank-dragoon", "65534:65534")
+    given = native_params(tmp_path, user="nobody")
+    with pytest.raises(StepError, match=r"endpoint_user: frank-zealot would run as UID 65534, .* which frank-dragoon"):
+        check_engine_uid(given, given["engine"])
+
+
+def test_a_renamed_container_keeps_the_uid_it_was_given(tmp_path):
+    """The old name's unit serves this endpoint's port, so this deploy retires it: no clash."""
+    installed(tmp_path, "frank-old-name", "40001:40001", port=7799)
+    given = params(tmp_path, "frank-new-name", user="40001:40001")
+    assert check_engine_uid(given, given["engine"]) is None

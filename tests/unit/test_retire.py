@@ -113,14 +113,15 @@ HEADER = "# Managed by frank.llm_fleet.systemd_root_unit; local edits are replac
 
 def kept_endpoint(tmp_path, name, port, header=True, record=True):
     """An endpoint the collection deployed earlier: its unit file (with the collection's header or
-    without it) and its kept record under the state directory."""
+    without it) and its kept record under the state directory; a native engine under a user of its
+    own (one it shared with the deploying endpoint would be refused: test_engine_uids)."""
     units = tmp_path / "units"
     units.mkdir(exist_ok=True)
     (units / f"{name}.service").write_text((HEADER if header else "") + "[Service]\nExecStart=/usr/bin/llama-server\n")
     if record:
         directory = tmp_path / "state" / name
         directory.mkdir(parents=True, exist_ok=True)
-        kept = {"shape": {"port": port, "served_id": name}, "unit": {"name": f"{name}.service", "health": {"port": port}}, "engine": None}
+        kept = {"shape": {"port": port, "served_id": name}, "unit": {"name": f"{name}.service", "user": name, "health": {"port": port}}, "engine": None}
         (directory / "last-good.json").write_text(json.dumps(kept))
 
 

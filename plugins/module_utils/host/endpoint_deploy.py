@@ -16,6 +16,7 @@ generations (records.py), the boot ledger (boot_ledger_record.py), the payload a
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -113,33 +114,58 @@ def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dic
     return result
 
 
+def run_as(engine: dict[str, Any] | None, unit: dict[str, Any]) -> tuple[int | str | None, str, str]:
+    """(who an endpoint's engine runs as, the inventory key that decides it, how it was decided).
+    A container: its numeric UID (engine_uid_of). A native engine: its unit's User= (root when
+    none), as this host's user database resolves it, or by name for a user the host lacks."""
+    if engine and engine.get("name"):
+        user = str(engine.get("user") or "")
+        how = "the user it is given (endpoint_container.user)" if user else "the UID its name hashes to (engine_uid)"
+        return engine_uid_of(str(engine["name"]), user), "endpoint_container.user", how
+    user = str(unit.get("user") or "")
+    how = f"its unit's User={user} (endpoint_user)" if user else "root, its unit having no User= (endpoint_user empty)"
+    try:
+        return pwd.getpwnam(user or "root").pw_uid, "endpoint_user", how
+    except KeyError:
+        return f"user {user}", "endpoint_user", how
+
+
 def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None) -> None:
-    """A container engine may not run as the UID of another engine installed on this host (by
-    the other endpoints' kept records, whose units are still installed): engine_uid hashes names
-    into 20,000 UIDs, and two engines sharing one could read each other's /proc/PID/environ (the
-    API key) and caches. Refused naming both and a free UID to give one of them."""
-    if not engine or not engine.get("name"):
+    """An engine may not run as the UID of another engine installed on this host (by the other
+    endpoints' kept records, whose units are still installed), unless this deploy retires that
+    unit (listed, or found renamed): engines sharing a UID could read each other's
+    /proc/PID/environ (the API key) and caches. For containers engine_uid hashes names into
+    20,000 UIDs, so two can draw one; native engines share one whenever their units name one user
+    (or none: root). Refused naming both and what to give one of them."""
+    unit = params["unit"]
+    mine, key, how = run_as(engine, unit)
+    if mine is None:
         return
-    name, user = str(engine["name"]), str(engine.get("user") or "")
-    mine = engine_uid_of(name, user)
-    unit_dir = str(params["unit"].get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
+    unit_dir = str(unit.get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
     record_dir = os.path.normpath(params["record_dir"])
-    others = {}
+    listed = [str(name) for name in params.get("retire_units") or []]
+    retiring = set(listed) | {found["unit"] for found in _renamed(params, unit_dir, listed)[0]}
+    others: dict[str, tuple[int | str | None, str]] = {}
     for path, kept in kept_records(os.path.dirname(record_dir), record_dir):
-        other = kept.get("engine") if isinstance(kept.get("engine"), dict) else {}
-        unit_path = os.path.join(unit_dir, str(kept["unit"].get("name") or ""))
-        if other.get("name") and other["name"] != name and os.path.isfile(unit_path) and not os.path.islink(unit_path):
-            others[str(other["name"])] = (str(other.get("user") or ""), path)
-    clash = next((other for other, (their_user, _path) in others.items() if engine_uid_of(other, their_user) == mine), None)
-    if mine is None or clash is None:
+        their_unit = str(kept["unit"].get("name") or "")
+        unit_path = os.path.join(unit_dir, their_unit)
+        if their_unit and their_unit != unit.get("name") and their_unit not in retiring and os.path.isfile(unit_path) and not os.path.islink(unit_path):
+            other = kept.get("engine") if isinstance(kept.get("engine"), dict) else None
+            others[their_unit.rsplit(".", 1)[0]] = (run_as(other, kept["unit"])[0], path)
+    clash = next((other for other, (uid, _path) in others.items() if uid == mine), None)
+    if clash is None:
         return
-    taken = {uid for uid in (engine_uid_of(other, their_user) for other, (their_user, _p) in others.items()) if uid is not None}
-    free = free_engine_uid(taken | {mine}, name)
-    setting = "the user it is given (endpoint_container.user)" if user else "the UID its name hashes to (engine_uid)"
+    name = str(engine["name"]) if key == "endpoint_container.user" and engine else str(unit["name"]).rsplit(".", 1)[0]
+    shown = f"UID {mine}" if isinstance(mine, int) else str(mine)
+    if key == "endpoint_container.user":
+        free = free_engine_uid({uid for uid, _path in others.values() if isinstance(uid, int)} | {mine}, name)
+        fix = f"e.g. endpoint_container.user: '{free}:{free}'"
+    else:
+        fix = f"e.g. endpoint_user: a system user only {name} runs as (its payload readable by it)"
     raise StepError(
-        f"endpoint_container.user: {name} would run as UID {mine}, {setting}, which {clash} (kept record {others[clash][1]}) "
+        f"{key}: {name} would run as {shown}, {how}, which {clash} (kept record {others[clash][1]}) "
         f"already runs as on this host: engines sharing a UID can read each other's /proc/PID/environ (the API key) and caches; "
-        f"give one of them a UID of its own, e.g. endpoint_container.user: '{free}:{free}'",
+        f"give one of them a UID of its own, {fix}",
         {"changed": False},
     )
 
