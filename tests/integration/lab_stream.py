@@ -25,11 +25,13 @@ from pathlib import Path
 
 from lab_host import HOST, env, on_host
 
-# The first probe's length, and the share of the asked time the last probe must take: a probe of
-# 1/16 of the time puts the answer at most 4 times its length (seconds on an idle lab, 1000 -> 4000
-# tokens; fewer doublings' worth on a loaded one).
+# The first probe's length, and the share of the asked time the last probe must take. The bound
+# puts the answer at most twice that probe's length; where the per-token cost is nearly flat (the
+# lab's tiny model, short depths) the stream then lasts sqrt(share) of the asked time or more, half
+# of it here (a sixteenth made it a quarter: too short for a loaded deploy to reach its drain).
+# The probes cost at most about half the asked time.
 FIRST_PROBE_TOKENS = 1000
-PROBE_SHARE = 1 / 16
+PROBE_SHARE = 1 / 4
 
 
 def _auth(key: str) -> list[str]:

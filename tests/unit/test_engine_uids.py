@@ -6,6 +6,7 @@ both and a free UID; the inventories' engines have none in common per host."""
 from __future__ import annotations
 
 import json
+import pwd
 import sys
 from pathlib import Path
 
@@ -119,7 +120,7 @@ def native_params(tmp_path, name="frank-zealot", user="", **extra):
     ("mine", "theirs", "shown"),
     [
         ("", "", r"root, its unit having no User= \(endpoint_user empty\)"),
-        ("nobody", "nobody", r"UID 65534, its unit's User=nobody \(endpoint_user\)"),
+        ("nobody", "nobody", rf"UID {pwd.getpwnam('nobody').pw_uid}, its unit's User=nobody \(endpoint_user\)"),
         ("llm-not-on-this-host", "llm-not-on-this-host", r"user llm-not-on-this-host, its unit.s User=llm-not-on-this-host \(endpoint_user\)"),
     ],
 )
@@ -138,7 +139,7 @@ def test_two_native_engines_of_one_user_are_refused_before_the_host_changes(tmp_
 @pytest.mark.parametrize(
     ("case", "mine", "theirs", "extra", "port"),
     [
-        ("users of their own", "nobody", "daemon", {}, 7770),
+        ("users of their own", "nobody", "root", {}, 7770),
         ("root and a service user (molecule's fleet host)", "", "nobody", {}, 7770),
         ("the old unit of a rename, which this deploy retires", "nobody", "nobody", {}, 7799),
         ("a unit this deploy retires by name", "nobody", "nobody", {"retire_units": ["frank-large.service"]}, 7770),
@@ -151,10 +152,11 @@ def test_no_refusal_for_native_engines_of_different_users_or_a_unit_this_deploy_
 
 
 def test_a_native_engine_and_a_container_of_one_uid_are_refused(tmp_path):
-    """UIDs are one space: a container given UID 65534 and a native engine running as nobody."""
-    installed(tmp_path, "frank-dragoon", "65534:65534")
+    """UIDs are one space: a container given nobody's UID and a native engine running as nobody."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    installed(tmp_path, "frank-dragoon", f"{nobody}:{nobody}")
     given = native_params(tmp_path, user="nobody")
-    with pytest.raises(StepError, match=r"endpoint_user: frank-zealot would run as UID 65534, .* which frank-dragoon"):
+    with pytest.raises(StepError, match=rf"endpoint_user: frank-zealot would run as UID {nobody}, .* which frank-dragoon"):
         check_engine_uid(given, given["engine"])
 
 
@@ -163,3 +165,61 @@ def test_a_renamed_container_keeps_the_uid_it_was_given(tmp_path):
     installed(tmp_path, "frank-old-name", "40001:40001", port=7799)
     given = params(tmp_path, "frank-new-name", user="40001:40001")
     assert check_engine_uid(given, given["engine"]) is None
+
+
+def test_the_user_systemd_runs_a_native_unit_as_is_the_one_judged(tmp_path):
+    """A numeric User= is that UID; endpoint_unit_extra's User= is the later line, so systemd's."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    installed_native(tmp_path, "frank-large", "nobody")
+    given = native_params(tmp_path, user=str(nobody))
+    with pytest.raises(StepError, match=rf"endpoint_user: frank-zealot would run as UID {nobody}, its unit's User={nobody}"):
+        check_engine_uid(given, given["engine"])
+    given = native_params(tmp_path, user="root")
+    given["unit"]["extra_service"] = {"User": "nobody"}
+    with pytest.raises(StepError, match=r"endpoint_unit_extra.User: frank-zealot would run as .* e.g. endpoint_unit_extra.User: a system user"):
+        check_engine_uid(given, given["engine"])
+
+
+def test_dynamic_users_and_unreadable_names_are_never_a_clash_or_a_traceback(tmp_path):
+    installed_native(tmp_path, "frank-large", "")  # root
+    installed_native(tmp_path, "frank-old", "a\u0000b")  # a kept record no user database can read
+    for extra in ({"DynamicUser": "yes"}, {"DynamicUser": "true"}):
+        given = native_params(tmp_path)  # root, but systemd allocates the unit a UID of its own
+        given["unit"]["extra_service"] = extra
+        assert check_engine_uid(given, given["engine"]) is None, extra
+    given = native_params(tmp_path, user="nobody")
+    assert check_engine_uid(given, given["engine"]) is None
+
+
+def _native_users(endpoints: dict, read_vars) -> dict[str, list[tuple[str, str]]]:
+    by_machine: dict[str, list[tuple[str, str]]] = {}
+    for name, host_vars in endpoints.items():
+        data = {**(host_vars or {}), **read_vars(name)}
+        shape, extra = data.get("endpoint_shape") or {}, data.get("endpoint_unit_extra") or {}
+        if shape.get("launch") == "native" and str(extra.get("DynamicUser", "")).lower() not in ("yes", "true", "1", "on"):
+            by_machine.setdefault(str(data.get("ansible_host", name)), []).append((name, str(extra.get("User") or data.get("endpoint_user") or "root")))
+    return by_machine
+
+
+@pytest.mark.parametrize("source", ["production", "lab", "example", "lab-standins", "molecule/fleet", "molecule/default"])
+def test_no_two_native_engines_of_one_machine_in_the_inventories_or_scenarios_share_a_user(source):
+    if source.startswith("molecule/"):
+        path = ROOT / source / "molecule.yml"
+        if not path.exists():
+            pytest.skip(f"{source} has no scenario file")
+        inventory = yaml.safe_load(path.read_text())["provisioner"].get("inventory") or {}
+        endpoints = ((inventory.get("hosts") or {}).get("all", {}).get("children", {}).get("llm_endpoints") or {}).get("hosts") or {}
+        by_machine = _native_users(endpoints, lambda name: (inventory.get("host_vars") or {}).get(name) or {})
+    else:
+        root = ROOT / "inventories" / source
+        hosts = yaml.load((root / "hosts.yml").read_text(), Loader=_Inventory)
+        endpoints = (hosts["all"]["children"].get("llm_endpoints") or {}).get("hosts") or {}
+
+        def read_vars(name):
+            path = root / "host_vars" / f"{name}.yml"
+            return yaml.load(path.read_text(), Loader=_Inventory) if path.exists() else {}
+
+        by_machine = _native_users(endpoints, read_vars)
+    for machine, engines in by_machine.items():
+        users = [user for _name, user in engines]
+        assert len(users) == len(set(users)), (source, machine, engines)

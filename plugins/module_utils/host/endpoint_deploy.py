@@ -115,19 +115,27 @@ def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dic
 
 
 def run_as(engine: dict[str, Any] | None, unit: dict[str, Any]) -> tuple[int | str | None, str, str]:
-    """(who an endpoint's engine runs as, the inventory key that decides it, how it was decided).
-    A container: its numeric UID (engine_uid_of). A native engine: its unit's User= (root when
-    none), as this host's user database resolves it, or by name for a user the host lacks."""
+    """(who an endpoint's engine runs as, the inventory key that decides it, how it was decided);
+    None first when systemd gives the unit a UID of its own (DynamicUser=). A container: its numeric
+    UID (engine_uid_of). A native engine: its unit's User= (endpoint_unit_extra's over
+    endpoint_user, as systemd reads the later line; root when none), a number as it is, a name as
+    this host's user database resolves it, or by name for a user the host lacks."""
     if engine and engine.get("name"):
         user = str(engine.get("user") or "")
         how = "the user it is given (endpoint_container.user)" if user else "the UID its name hashes to (engine_uid)"
         return engine_uid_of(str(engine["name"]), user), "endpoint_container.user", how
-    user = str(unit.get("user") or "")
-    how = f"its unit's User={user} (endpoint_user)" if user else "root, its unit having no User= (endpoint_user empty)"
+    extra = unit.get("extra_service") if isinstance(unit.get("extra_service"), dict) else {}
+    if str(extra.get("DynamicUser", "")).strip().lower() in ("yes", "true", "1", "on"):
+        return None, "endpoint_unit_extra.DynamicUser", "a UID systemd allocates for the unit alone"
+    key = "endpoint_unit_extra.User" if extra.get("User") else "endpoint_user"
+    user = str(extra.get("User") or unit.get("user") or "")
+    how = f"its unit's User={user} ({key})" if user else "root, its unit having no User= (endpoint_user empty)"
+    if user.isdigit():
+        return int(user), key, how
     try:
-        return pwd.getpwnam(user or "root").pw_uid, "endpoint_user", how
-    except KeyError:
-        return f"user {user}", "endpoint_user", how
+        return pwd.getpwnam(user or "root").pw_uid, key, how
+    except (KeyError, ValueError):  # no such user here, or a name no user can have (a NUL)
+        return f"user {user}", key, how
 
 
 def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None) -> None:
@@ -152,7 +160,7 @@ def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None) -> N
         if their_unit and their_unit != unit.get("name") and their_unit not in retiring and os.path.isfile(unit_path) and not os.path.islink(unit_path):
             other = kept.get("engine") if isinstance(kept.get("engine"), dict) else None
             others[their_unit.rsplit(".", 1)[0]] = (run_as(other, kept["unit"])[0], path)
-    clash = next((other for other, (uid, _path) in others.items() if uid == mine), None)
+    clash = next((other for other, (uid, _path) in others.items() if uid is not None and uid == mine), None)
     if clash is None:
         return
     name = str(engine["name"]) if key == "endpoint_container.user" and engine else str(unit["name"]).rsplit(".", 1)[0]
@@ -161,11 +169,11 @@ def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None) -> N
         free = free_engine_uid({uid for uid, _path in others.values() if isinstance(uid, int)} | {mine}, name)
         fix = f"e.g. endpoint_container.user: '{free}:{free}'"
     else:
-        fix = f"e.g. endpoint_user: a system user only {name} runs as (its payload readable by it)"
+        fix = f"e.g. {key}: a system user only {name} runs as (its payload readable by it)"
     raise StepError(
         f"{key}: {name} would run as {shown}, {how}, which {clash} (kept record {others[clash][1]}) "
         f"already runs as on this host: engines sharing a UID can read each other's /proc/PID/environ (the API key) and caches; "
-        f"give one of them a UID of its own, {fix}",
+        f"give one of them a UID of its own, {fix}; or, if {clash} is retired, list {clash}.service in endpoint_retired_units",
         {"changed": False},
     )
 
