@@ -13,7 +13,7 @@ attention read per cached token), so n tokens that took t seconds put N >= n tok
 t * (N / n)^2. Fitting two short probes instead (what this did before) let noise on a loaded
 machine flatten the fit to a line, which took the whole 32,704-token window for "~40 s" and
 outlasted the drain's 600 s timeout. The speed measured holds for the next stream only if the engine
-decodes on one thread (its callers' shapes say why)."""
+decodes on one thread (ONE_DECODE_THREAD)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,27 @@ from lab_host import HOST, env, on_host
 # The probes cost at most about half the asked time.
 FIRST_PROBE_TOKENS = 1000
 PROBE_SHARE = 1 / 4
+# A stream is meant to last at least this long (an idle lab's deploy reaches its drain in about
+# 20 s), and never more than a quarter of the drain's timeout, so a slower decode under the deploy's
+# own load still ends well inside it.
+STREAM_MIN_S = 40
+# The stream endpoint's extra_args. With two decode threads on a busy 2-core machine, ggml's
+# per-node barriers spin while the peer thread waits for a core, and decode speed swung from 3 to
+# 180 ms a token between two streams of one run (both cores busy), so no measured speed held for
+# the next stream. One thread slows in proportion to its share of a core, which the probes measure.
+ONE_DECODE_THREAD = ["--threads", "1"]
+
+
+def stream_seconds(first_deploy_s: float, drain_timeout: float) -> float:
+    """How long the first stream should last: STREAM_MIN_S, or 1.5 times the endpoint's first
+    deploy if longer (a loaded machine deploys slower too), at most a quarter of the drain's timeout."""
+    return min(max(STREAM_MIN_S, round(1.5 * first_deploy_s)), drain_timeout / 4)
+
+
+def longer_stream(seconds: float, drain_timeout: float) -> float:
+    """The next try's stream after one that ended on its own first: twice as long, still at most a
+    quarter of the drain's timeout."""
+    return min(2 * seconds, drain_timeout / 4)
 
 
 def _auth(key: str) -> list[str]:
@@ -77,6 +98,12 @@ def start_stream(tmp_path: Path, name: str, port: int, tokens: int, out: str, ke
             return
         time.sleep(0.2)
     raise AssertionError(f"the stream never showed as in flight: {on_host('cat', out, check=False)[-300:]}")
+
+
+def wait_streams_ended(name: str) -> None:
+    """Until the streams started for `name` have ended on their own (at most 300 s), so nothing of
+    one reaches the next try's output."""
+    on_host("sh", "-c", f"for i in $(seq 600); do pgrep -f '[{name[0]}]{name[1:]}-stream' >/dev/null || exit 0; sleep 0.5; done")
 
 
 def stop_streams(name: str, out: str) -> None:

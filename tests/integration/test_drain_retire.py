@@ -20,7 +20,7 @@ import time
 
 import pytest
 from lab_host import extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, unit_property, write_endpoint_vars
-from lab_stream import start_stream, stop_streams, tokens_lasting
+from lab_stream import ONE_DECODE_THREAD, STREAM_MIN_S, longer_stream, start_stream, stop_streams, stream_seconds, tokens_lasting, wait_streams_ended
 
 # A fault-matrix row: `make fault-matrix` runs it, `make test` does not (pytest.ini, fault_row).
 pytestmark = [pytest.mark.lab, pytest.mark.fault_row]
@@ -33,19 +33,9 @@ UNIT = f"{NAME}.service"
 OLD = "frank-drain-old.service"
 CTX = 32768
 OUT = "/tmp/frank-drain-stream.out"
-# The stream should last at least this long (the deploy reaches its drain in about 20 s on an idle
-# lab), and longer than the endpoint's first deploy took (a loaded machine deploys slower too).
-STREAM_S = 40
 TRIES = 3
 DRAIN_TIMEOUT = 600
-STREAM_MAX_S = DRAIN_TIMEOUT / 4
-
-
-# One decode thread: with two on a busy 2-core machine, ggml's per-node barriers spin while the
-# peer thread waits for a core, and decode speed swung from 3 to 180 ms a token between two
-# streams of one run (both cores busy), so no measured speed held for the next stream. One thread
-# slows in proportion to its share of a core, which the probes just before do measure.
-SHAPE = {"ctx_size": CTX, "parallel": 1, "extra_args": ["--threads", "1"]}
+SHAPE = {"ctx_size": CTX, "parallel": 1, "extra_args": ONE_DECODE_THREAD}
 
 
 def remove_drain_endpoint() -> None:
@@ -88,13 +78,12 @@ def stream_output() -> str:
 
 def restart_under_a_stream(tmp_path, inventory, write, drain_timeout: int, restart_sec: int, deploy_s: float) -> tuple[dict, int, list[str]]:
     """A shape change (RestartSec) while a stream is in flight: (the unit step's drain, the
-    stream's tokens, what each try saw). The stream is meant to last STREAM_S seconds at the
-    engine's measured speed, or 1.5 times the first deploy's time if longer, at most STREAM_MAX_S;
-    a try whose stream ended on its own first (before the drain, or inside a drain meant to give
-    up) repeats with a stream meant to last twice as long (still at most STREAM_MAX_S), and
-    RestartSec one more, so the deploy is a change again."""
+    stream's tokens, what each try saw). The stream is meant to last lab_stream.stream_seconds at
+    the engine's measured speed; a try whose stream ended on its own first (before the drain, or
+    inside a drain meant to give up) repeats with lab_stream.longer_stream, and RestartSec one
+    more, so the deploy is a change again."""
     seen = []
-    seconds = min(max(STREAM_S, round(1.5 * deploy_s)), STREAM_MAX_S)
+    seconds = stream_seconds(deploy_s, DRAIN_TIMEOUT)
     for attempt in range(TRIES):
         tokens = tokens_lasting(PORT, NAME, seconds, CTX - 64)
         start_stream(tmp_path, NAME, PORT, tokens, OUT)
@@ -107,13 +96,12 @@ def restart_under_a_stream(tmp_path, inventory, write, drain_timeout: int, resta
         # a drain meant to give up (shorter than any stream), inside its few seconds (the stream
         # got [DONE], so no cut was due).
         ended_itself = not drain.get("in_flight_at_start") or (
-            drain_timeout < STREAM_S and drain.get("outcome") == "drained" and stream_output().rstrip().endswith("data: [DONE]")
+            drain_timeout < STREAM_MIN_S and drain.get("outcome") == "drained" and stream_output().rstrip().endswith("data: [DONE]")
         )
         if not ended_itself:
             return drain, tokens, seen
-        seconds = min(2 * seconds, STREAM_MAX_S)
-        # The short stream ended on its own; nothing of it may reach the next try's output.
-        on_host("sh", "-c", f"for i in $(seq 600); do pgrep -f '[{NAME[0]}]{NAME[1:]}-stream' >/dev/null || exit 0; sleep 0.5; done")
+        seconds = longer_stream(seconds, DRAIN_TIMEOUT)
+        wait_streams_ended(NAME)
     raise AssertionError(f"in {TRIES} tries every stream ended on its own before the drain could judge it: {seen}")
 
 

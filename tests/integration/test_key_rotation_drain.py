@@ -18,7 +18,7 @@ import time
 
 import pytest
 from lab_host import extra_endpoint_inventory, failures, on_host, playbook, remove_endpoint, require_lab_host, write_endpoint_vars
-from lab_stream import start_stream, stop_streams, tokens_lasting
+from lab_stream import ONE_DECODE_THREAD, longer_stream, start_stream, stop_streams, stream_seconds, tokens_lasting, wait_streams_ended
 
 pytestmark = pytest.mark.lab
 
@@ -27,19 +27,11 @@ require_lab_host()
 NAME = "frank-rotate"
 PORT = 7801
 CTX = 32_768  # the tiny model's trained window caps a slot here
-STREAM_S = 40
 TRIES = 3
 KEYS = ["sk-lab-rotate-old-0123456789abcdef", "sk-lab-rotate-new-fedcba9876543210", "sk-lab-rotate-3rd-00112233445566778", "sk-lab-rotate-4th-99aabbccddeeff00"]
 OUT = "/tmp/frank-rotate-stream.out"
 DRAIN_TIMEOUT = 600
-# A stream never meant to last longer than this, so a slower decode under the deploy's own load
-# still ends well inside the drain's timeout.
-STREAM_MAX_S = DRAIN_TIMEOUT / 4
-# One decode thread: with two on a busy 2-core machine, ggml's per-node barriers spin while the
-# peer thread waits for a core, and decode speed swung from 3 to 180 ms a token between two
-# streams of one run (both cores busy), so no measured speed held for the next stream. One thread
-# slows in proportion to its share of a core, which the probes just before do measure.
-SHAPE = {"ctx_size": CTX, "parallel": 1, "extra_args": ["--threads", "1"]}
+SHAPE = {"ctx_size": CTX, "parallel": 1, "extra_args": ONE_DECODE_THREAD}
 BASE = {"endpoint_probe": False, "endpoint_drain_timeout": DRAIN_TIMEOUT}
 
 
@@ -75,7 +67,7 @@ def status_with(key: str) -> str:
 def test_a_key_rotation_waits_for_the_stream_it_would_cut(tmp_path, rotate_inventory):
     began = time.monotonic()
     deploy(tmp_path, rotate_inventory)
-    seconds = min(max(STREAM_S, round(1.5 * (time.monotonic() - began))), STREAM_MAX_S)
+    seconds = stream_seconds(time.monotonic() - began, DRAIN_TIMEOUT)
     assert status_with(KEYS[0]) == "200"
 
     seen = []
@@ -92,8 +84,9 @@ def test_a_key_rotation_waits_for_the_stream_it_would_cut(tmp_path, rotate_inven
         seen.append(f"rotation deploy under a {tokens}-token stream (~{seconds} s): {took:.1f} s, drain {drain}")
         if drain.get("in_flight_at_start"):
             break
-        seconds = min(2 * seconds, STREAM_MAX_S)  # the stream ended before the drain: nothing was tested; rotate again under a longer one
-        on_host("sh", "-c", f"for i in $(seq 600); do pgrep -f '[{NAME[0]}]{NAME[1:]}-stream' >/dev/null || exit 0; sleep 0.5; done")
+        # The stream ended before the drain: nothing was tested; rotate again under a longer one.
+        seconds = longer_stream(seconds, DRAIN_TIMEOUT)
+        wait_streams_ended(NAME)
     else:
         pytest.fail(f"in {TRIES} tries every stream ended before the rotation's drain: {seen}")
     print("; ".join(seen))

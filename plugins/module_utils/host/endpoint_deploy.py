@@ -19,7 +19,7 @@ import os
 import pwd
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from ansible_collections.frank.llm_fleet.plugins.module_utils.files import read_text
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.boot_ledger_record import record_boot_ledger
@@ -47,7 +47,7 @@ from ansible_collections.frank.llm_fleet.plugins.module_utils.host.records impor
 )
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.retire import archive_copy, archive_dir, renamed_units, retire_unit, runtime_swap
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host.specs import UNIT_OPTIONS
-from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import ensure_unit
+from ansible_collections.frank.llm_fleet.plugins.module_utils.host.unit_step import as_flag, ensure_unit
 from ansible_collections.frank.llm_fleet.plugins.module_utils.host_runner import Host
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload import deployed as payload_deployed
 from ansible_collections.frank.llm_fleet.plugins.module_utils.payload import generations as payload_generations
@@ -91,17 +91,37 @@ def _bring_up(
     return engine_result, ensure_unit(unit, host, diff)
 
 
-def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dict[str, Any], host: Host) -> dict[str, Any]:
-    """Before the new unit starts (its port may still be held): the units the inventory retires,
-    and, on a runtime or launch swap, a copy of the unit file about to be replaced, both into one
-    dated archive directory beside the records."""
-    unit = params["unit"]
-    unit_dir = str(unit.get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
-    archive = archive_dir(os.path.dirname(os.path.normpath(params["record_dir"])))
+class RetirePlan(NamedTuple):
+    """The units a deploy retires, read once from the inventory and the kept records: those
+    `retire_units` lists, and a renamed endpoint's old unit found by its port (`renamed`, with why);
+    `orphans` are only reported."""
+
+    unit_dir: str
+    listed: list[str]
+    renamed: list[dict[str, Any]]
+    orphans: list[dict[str, Any]]
+
+    @property
+    def units(self) -> set[str]:
+        return set(self.listed) | {found["unit"] for found in self.renamed}
+
+
+def plan_retirement(params: dict[str, Any]) -> RetirePlan:
+    """The deploy's RetirePlan: read before anything on the host changes (the UID check needs it)."""
+    unit_dir = str(params["unit"].get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
     listed = [str(name) for name in params.get("retire_units") or []]
+    return RetirePlan(unit_dir, listed, *_renamed(params, unit_dir, listed))
+
+
+def _retire(params: dict[str, Any], previous: dict[str, Any] | None, record: dict[str, Any], host: Host, plan: RetirePlan) -> dict[str, Any]:
+    """Before the new unit starts (its port may still be held): the units the plan retires, and,
+    on a runtime or launch swap, a copy of the unit file about to be replaced, both into one dated
+    archive directory beside the records."""
+    unit = params["unit"]
+    unit_dir, listed, renamed, orphans = plan
+    archive = archive_dir(os.path.dirname(os.path.normpath(params["record_dir"])))
     if str(unit["name"]) in listed:
         raise StepError(f"retire_units: {unit['name']} is this endpoint's own unit; list only the units it replaces", {"changed": False})
-    renamed, orphans = _renamed(params, unit_dir, listed)
     units = [retire_unit(name, host, unit_dir, archive) for name in listed + [found["unit"] for found in renamed]]
     for retired, found in zip(units[len(listed) :], renamed):
         retired["found"] = found["why"]
@@ -125,7 +145,7 @@ def run_as(engine: dict[str, Any] | None, unit: dict[str, Any]) -> tuple[int | s
         how = "the user it is given (endpoint_container.user)" if user else "the UID its name hashes to (engine_uid)"
         return engine_uid_of(str(engine["name"]), user), "endpoint_container.user", how
     extra = unit.get("extra_service") if isinstance(unit.get("extra_service"), dict) else {}
-    if str(extra.get("DynamicUser", "")).strip().lower() in ("yes", "true", "1", "on"):
+    if as_flag(extra.get("DynamicUser", "")):
         return None, "endpoint_unit_extra.DynamicUser", "a UID systemd allocates for the unit alone"
     key = "endpoint_unit_extra.User" if extra.get("User") else "endpoint_user"
     user = str(extra.get("User") or unit.get("user") or "")
@@ -138,7 +158,7 @@ def run_as(engine: dict[str, Any] | None, unit: dict[str, Any]) -> tuple[int | s
         return f"user {user}", key, how
 
 
-def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None) -> None:
+def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None, plan: RetirePlan | None = None) -> None:
     """An engine may not run as the UID of another engine installed on this host (by the other
     endpoints' kept records, whose units are still installed), unless this deploy retires that
     unit (listed, or found renamed): engines sharing a UID could read each other's
@@ -149,10 +169,10 @@ def check_engine_uid(params: dict[str, Any], engine: dict[str, Any] | None) -> N
     mine, key, how = run_as(engine, unit)
     if mine is None:
         return
-    unit_dir = str(unit.get("unit_dir") or UNIT_OPTIONS["unit_dir"]["default"])
+    if plan is None:
+        plan = plan_retirement(params)
+    unit_dir, retiring = plan.unit_dir, plan.units
     record_dir = os.path.normpath(params["record_dir"])
-    listed = [str(name) for name in params.get("retire_units") or []]
-    retiring = set(listed) | {found["unit"] for found in _renamed(params, unit_dir, listed)[0]}
     others: dict[str, tuple[int | str | None, str]] = {}
     for path, kept in kept_records(os.path.dirname(record_dir), record_dir):
         their_unit = str(kept["unit"].get("name") or "")
@@ -214,7 +234,8 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     endpoint = str(unit["name"]).rsplit(".", 1)[0]
     firewall = firewall_from(endpoint, params.get("firewall"))
     check_published(firewall, engine)  # before anything on the host changes
-    check_engine_uid(params, engine)
+    retirement = plan_retirement(params)
+    check_engine_uid(params, engine, retirement)
     firewall_result = ensure_firewall(endpoint, firewall, host, diff)
     unit = unit_with_firewall(unit, firewall_result.pop("pre_start", None))
     record = {"shape": params.get("shape") or {}, "engine": without_secrets(engine) or None, "unit": without_secrets(unit)}
@@ -225,7 +246,7 @@ def deploy_endpoint(params: dict[str, Any], host: Host, diff: bool, probe: Probe
     if params.get("payload"):
         with _payload_refusals():
             record["payload"] = payload_deployed.payload_identity(params["payload"])
-    retire_result = _retire(params, previous, record, host)
+    retire_result = _retire(params, previous, record, host, retirement)
     warnings += [f"{orphan['unit']}: {orphan['why']}; list it in endpoint_retired_units to retire it" for orphan in retire_result.get("orphans", [])]
     payload_result: dict[str, Any] | None = None
     # What the host had been given before the new shape's steps: a step that fails having changed

@@ -203,14 +203,14 @@ def _health_spec(params: dict[str, Any]) -> HealthSpec:
             api_key=str(given["api_key"] or ""),
             drain_timeout=float(given["drain_timeout"]),
             drain_api_key=str(given["drain_api_key"] or ""),
-            drain_force=_flag(given["drain_force"]),
+            drain_force=as_flag(given["drain_force"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StepError(f"health: needs a numeric port, timeout and allowed_restarts ({exc})", {}) from None
 
 
-def _flag(value: Any) -> bool:
-    """A templated boolean may arrive as a string."""
+def as_flag(value: Any) -> bool:
+    """A templated boolean may arrive as a string (systemd's and YAML's spellings of yes)."""
     return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
